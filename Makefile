@@ -1,0 +1,38 @@
+# mirrortutor's two commands:
+#   make lab    set up (first time only) and open the course in JupyterLab
+#   make test   set up (first time only) and run every test, every notebook included
+# Both create or reuse a project-local virtual environment (.venv) from the pinned dependencies in
+# pyproject.toml; it is rebuilt only when pyproject.toml changes.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+# nbval: compare every stored output, after hiding only what is truly random (see the .cfg file)
+NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+          --nbval-cell-timeout=900
+
+.PHONY: lab test notebooks bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 13) else 1)' \
+	  || { echo "mirrortutor needs Python 3.10 to 3.13 (TensorFlow 2.21's range); '$(PYTHON)' is $$($(PYTHON) --version 2>&1). Run: make PYTHON=python3.11 ..."; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e .
+	@touch $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/00_welcome.ipynb
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests notebooks $(NBVAL)
+
+# Re-run every notebook and store its outputs as nbval's reference (after changing a chapter).
+notebooks: $(STAMP)
+	$(BIN)/python scripts/refresh_notebooks.py notebooks/*.ipynb
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/instrumentation_overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

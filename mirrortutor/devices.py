@@ -1,0 +1,154 @@
+"""Give TensorFlow its replicas before anything else touches it.
+
+``tf.distribute`` makes one replica per device. A laptop has one CPU device and no GPU, so on its own
+it can only show a one-replica world. TensorFlow can split the physical CPU into several *logical*
+devices (``tf.config.set_logical_device_configuration``) — but only before its runtime starts, which
+happens at the first op. :func:`setup` does that split (or picks the real GPUs when there are some)
+and says in one plain line what the student got.
+
+Logical CPU replicas share the same physical cores: they show *what* ``tf.distribute`` does, never
+how fast GPUs would do it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+from .errors import DevicesAlreadyInitializedError, ReplicaCountError
+
+#: How many logical CPU replicas :func:`setup` will make at most. More adds threads and memory on
+#: the same few cores and teaches nothing new (the course never needs more than 8).
+MAX_CPU_REPLICAS = 16
+
+#: Default replica count on a machine without GPUs: enough for every chapter (they sweep 1 to 8).
+DEFAULT_CPU_REPLICAS = 8
+
+
+def _physical_cores() -> int:
+    """CPU cores this process may run on (what the replicas really share)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _check_count(replicas: object) -> int:
+    if isinstance(replicas, bool) or not isinstance(replicas, int):
+        raise ReplicaCountError(
+            f"replicas must be a whole number such as 4, but got {replicas!r} "
+            f"({type(replicas).__name__}). Call mt.setup(4), for example."
+        )
+    if replicas < 1:
+        raise ReplicaCountError(
+            f"replicas must be at least 1, but got {replicas}. A strategy needs one replica per "
+            "device; call mt.setup(4), for example."
+        )
+    return replicas
+
+
+def _restart_message(asked: int, have: int, kind: str) -> str:
+    return (
+        f"{asked} replicas asked for, but TensorFlow has already started with {have} {kind} "
+        f"device(s), and its devices cannot change after that. Restart the kernel "
+        f"(Kernel → Restart) and call mt.setup({asked}) first, before any other TensorFlow code."
+    )
+
+
+def _setup_cpu(replicas: int) -> list[str]:
+    if replicas > MAX_CPU_REPLICAS:
+        raise ReplicaCountError(
+            f"{replicas} CPU replicas asked for, but mirrortutor makes at most {MAX_CPU_REPLICAS} "
+            f"logical CPU devices: they all share {_physical_cores()} physical core(s), so more "
+            f"would only be slower. Ask for {MAX_CPU_REPLICAS} or fewer."
+        )
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    current = tf.config.get_logical_device_configuration(cpu) or []
+    if len(current) < replicas:
+        try:
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
+            )
+        except RuntimeError:
+            have = len(tf.config.list_logical_devices("CPU"))
+            if have < replicas:
+                raise DevicesAlreadyInitializedError(
+                    _restart_message(replicas, have, "CPU")
+                ) from None
+    names = [d.name for d in tf.config.list_logical_devices("CPU")][:replicas]
+    if len(names) < replicas:  # configured by someone else before TF started
+        raise DevicesAlreadyInitializedError(_restart_message(replicas, len(names), "CPU"))
+    return names
+
+
+def _setup_gpu(replicas: int, gpus: list, split_gpu: bool, gpu_memory_mb: int) -> list[str]:
+    if len(gpus) == 1 and split_gpu and replicas > 1:
+        config = [tf.config.LogicalDeviceConfiguration(memory_limit=gpu_memory_mb)] * replicas
+        try:
+            tf.config.set_logical_device_configuration(gpus[0], config)
+        except RuntimeError:
+            pass  # already started: the count check below says what to do
+    logical = [d.name for d in tf.config.list_logical_devices("GPU")]
+    if replicas > len(logical):
+        hint = (
+            " With one GPU you can carve logical GPUs from it: mt.setup(n, split_gpu=True) in a "
+            "fresh kernel."
+            if len(gpus) == 1
+            else ""
+        )
+        raise ReplicaCountError(
+            f"{replicas} GPU replicas asked for, but this machine has {len(logical)} GPU "
+            f"device(s). Ask for {len(logical)} or fewer.{hint}"
+        )
+    return logical[:replicas]
+
+
+def setup(
+    replicas: int | None = None,
+    *,
+    use_gpus: bool = True,
+    split_gpu: bool = False,
+    gpu_memory_mb: int = 1024,
+    quiet: bool = False,
+    plotly_renderer: str | None = "plotly_mimetype",
+) -> list[str]:
+    """Give TensorFlow ``replicas`` devices and return their names, in replica order.
+
+    Call it first, before any other TensorFlow code. Without a GPU (or with ``use_gpus=False``) it
+    splits the CPU into ``replicas`` logical devices. With GPUs it uses the real ones; with exactly
+    one GPU and ``split_gpu=True`` it carves ``replicas`` logical GPUs of ``gpu_memory_mb`` each.
+
+    It also points plotly at ``plotly_renderer``: the default, ``plotly_mimetype``, draws offline
+    and gives the same output every run (``None`` leaves plotly alone).
+
+    Calling it again with the same or fewer replicas is harmless and returns the first
+    ``replicas`` devices. Asking for more once TensorFlow has started raises
+    :class:`~mirrortutor.errors.DevicesAlreadyInitializedError`, which says to restart the kernel.
+
+    >>> devices = mt.setup(4)            # doctest: +SKIP
+    4 logical CPU replicas on 2 physical cores: they show what happens, not GPU speed.
+    """
+    gpus = tf.config.list_physical_devices("GPU") if use_gpus else []
+    if replicas is None:
+        replicas = len(gpus) if gpus and not split_gpu else DEFAULT_CPU_REPLICAS
+    replicas = _check_count(replicas)
+    if gpus:
+        names = _setup_gpu(replicas, gpus, split_gpu, gpu_memory_mb)
+        kind = "logical GPU" if split_gpu and len(gpus) == 1 and replicas > 1 else "GPU"
+        line = f"{replicas} {kind} replica(s): real GPU devices."
+    else:
+        names = _setup_cpu(replicas)
+        line = (
+            f"{replicas} logical CPU replica(s) on {_physical_cores()} physical core(s): "
+            "they show what happens, not GPU speed."
+        )
+    # TF's Python INFO/WARNING lines ("Using MirroredStrategy with devices ...") would drown our
+    # one plain line; errors still show.
+    tf.get_logger().setLevel("ERROR")
+    if plotly_renderer is not None:
+        import plotly.io as pio
+
+        pio.renderers.default = plotly_renderer
+    if not quiet:
+        print(line)
+    return names

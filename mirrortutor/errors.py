@@ -1,0 +1,66 @@
+"""Every error mirrortutor raises, in one place.
+
+One base class, :class:`MirrortutorError`, so a teacher can catch them all; each subclass also
+derives from the builtin it resembles (``ValueError`` for bad arguments, ``RuntimeError`` for a
+wrong moment), so code that already catches those keeps working.
+
+Messages follow one pattern: what happened, what was expected, what was got, and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class MirrortutorError(Exception):
+    """Base class of all mirrortutor errors."""
+
+
+class ReplicaCountError(MirrortutorError, ValueError):
+    """A replica count that is not a positive whole number, or more than can be had."""
+
+
+class DevicesAlreadyInitializedError(MirrortutorError, RuntimeError):
+    """TensorFlow had already started, so its devices can no longer be changed."""
+
+
+class BatchSplitError(MirrortutorError, ValueError):
+    """A global batch that cannot be split evenly among the replicas where that is required."""
+
+
+class UnknownDatasetError(MirrortutorError, ValueError):
+    """A dataset name that :mod:`mirrortutor.data` does not know."""
+
+
+class ShapeMismatchError(MirrortutorError, ValueError):
+    """Per-replica values whose shapes or dtypes do not agree."""
+
+
+class UnknownPresetError(MirrortutorError, ValueError):
+    """An interconnect preset name that the cost model does not know."""
+
+
+class ChunkCountError(MirrortutorError, ValueError):
+    """A chunk count that the all-reduce schedule cannot use (the ring needs one chunk per rank)."""
+
+
+class RankError(MirrortutorError, ValueError):
+    """A rank index (for example a root) outside ``0 .. num_ranks - 1``."""
+
+
+class UnknownReduceOpError(MirrortutorError, ValueError):
+    """A reduction name other than the ones the simulators know (``"sum"``, ``"mean"``)."""
+
+
+class UnknownAlgorithmError(MirrortutorError, ValueError):
+    """An all-reduce algorithm name that the simulators and the cost model do not know."""
+
+
+class UnsupportedDtypeError(MirrortutorError, TypeError):
+    """Per-replica values whose dtype cannot be summed (strings, objects, booleans)."""
+
+
+class InvalidQuantityError(MirrortutorError, ValueError):
+    """A size, time or rate that is negative, zero where it must be positive, or not finite."""
+
+
+class OutsideScopeError(MirrortutorError, ValueError):
+    """A variable used by a distributed step that was created outside ``strategy.scope()``."""
