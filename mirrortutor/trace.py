@@ -1,0 +1,317 @@
+"""What an instrumented strategy saw: plain records a notebook can print, tabulate and plot.
+
+A :class:`Trace` is filled while TensorFlow runs (see :mod:`mirrortutor.mirrored`) and read
+afterwards. It holds numpy arrays, never TF tensors, so reading it cannot disturb training.
+
+Steps are counted from 0, one per ``strategy.run`` call (Keras ``fit`` makes one call per batch).
+Recording is bounded by a :class:`Recording` policy: the first steps, then a sample of later steps
+of which only the most recent are kept, so a long run never fills memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Recording:
+    """How much a strategy records. The default is cheap; ``Recording.everything()`` is thorough."""
+
+    first_steps: int = 20  # record every one of the first steps: where the interesting things happen
+    every: int = 50  # after those, record one step in `every`
+    keep_last: int = 20  # ...and keep only the most recent `keep_last` of those sampled steps
+    full_values: bool | None = None  # keep whole tensors: True always, False never, None when small
+    small_tensor: int = 4096  # "small": at most this many elements (None mode keeps these whole)
+
+    @classmethod
+    def everything(cls) -> "Recording":
+        """Every step, every tensor in full: for small models and short runs."""
+        return cls(first_steps=10**9, every=1, keep_last=10**9, full_values=True)
+
+    def keeps(self, step: int) -> bool:
+        """Whether ``step`` is one of the recorded steps."""
+        return step < self.first_steps or step % self.every == 0
+
+    def keeps_values(self, size: int) -> bool:
+        """Whether a tensor of ``size`` elements is kept whole (its norm is always kept)."""
+        return self.full_values if self.full_values is not None else size <= self.small_tensor
+
+
+@dataclass
+class VariableRecord:
+    """One distributed variable: its components, one per replica device."""
+
+    name: str  # the variable's name, e.g. "dense/kernel"
+    kind: str  # TF class, e.g. "MirroredVariable" or "SyncOnReadVariable"
+    shape: tuple[int, ...]
+    dtype: str
+    synchronization: str  # ON_WRITE (mirrored: written everywhere) or ON_READ (combined when read)
+    aggregation: str  # how replica updates combine: NONE, SUM, MEAN, ONLY_FIRST_REPLICA
+    trainable: bool
+    devices: list[str]  # one component per replica, in replica order
+    initial_values: list[np.ndarray] | None  # per replica at creation (None: large, or made in a graph)
+
+
+@dataclass
+class VariableSnapshot:
+    """Every replica's copy of one variable at one moment."""
+
+    label: str  # what the moment was, e.g. "after assign"
+    step: int  # the last step run before the snapshot (-1: none yet)
+    name: str
+    values: list[np.ndarray]  # one per replica
+
+
+@dataclass
+class ShardRecord:
+    """What one replica received in one step: its slice of the global batch."""
+
+    step: int
+    replica_id: int
+    device: str
+    batch_size: int  # per-replica batch size this step (the last batch may be smaller)
+    example_ids: np.ndarray | None  # the examples' indices, when the data carries an index
+    row_hashes: np.ndarray | None  # fingerprints of the feature rows, to find the indices later
+
+
+@dataclass
+class AllReduceRecord:
+    """One call into a cross-device implementation, captured where TensorFlow makes it."""
+
+    step: int
+    call: int  # order of this call within its step
+    path: str  # "batch_reduce" (gradients, replica all_reduce), "reduce" (strategy.reduce, assign)
+    reduce_op: str  # SUM or MEAN
+    implementation: str  # e.g. "CollectiveAllReduce (RING)" or "ReductionToOneDevice"
+    names: list[str]  # one per reduced tensor: the destination variable's name, or "value i"
+    shapes: list[tuple[int, ...]]
+    input_norms: np.ndarray  # (tensors, replicas): L2 norm of each replica's input
+    output_norms: np.ndarray  # (tensors, destinations): L2 norm of each copy of the result
+    inputs: list[list[np.ndarray]] | None  # [tensor][replica] whole inputs, when kept
+    outputs: list[list[np.ndarray]] | None  # [tensor][destination] whole outputs, when kept
+
+    @property
+    def num_replicas(self) -> int:
+        return int(self.input_norms.shape[1])
+
+
+@dataclass
+class OutputRecord:
+    """What the replica function returned on each replica (typically its local loss)."""
+
+    step: int
+    name: str  # the key in the returned dict, or "output i"
+    values: np.ndarray  # (replicas,) for scalars; (replicas, ...) otherwise
+
+
+@dataclass
+class SyncRecord:
+    """After a step: how far apart the replicas' copies of a variable are (0 when in sync)."""
+
+    step: int
+    name: str
+    max_abs_diff: float  # largest |copy_r - copy_0| over replicas r and elements
+    values: list[np.ndarray] | None  # per replica, when kept
+
+
+@dataclass
+class GradientRecord:
+    """One replica's local gradient of one variable, as it entered the all-reduce."""
+
+    step: int
+    replica_id: int
+    variable: str
+    norm: float
+    value: np.ndarray | None  # the whole gradient, when kept
+    reduced_norm: float  # norm of the all-reduced gradient every replica received
+
+
+@dataclass
+class _Step:
+    shards: list[ShardRecord] = field(default_factory=list)
+    allreduces: list[AllReduceRecord] = field(default_factory=list)
+    outputs: list[OutputRecord] = field(default_factory=list)
+    sync: list[SyncRecord] = field(default_factory=list)
+
+
+def row_hashes(rows: np.ndarray) -> np.ndarray:
+    """An int64 fingerprint of each row's bytes, to recognise examples by content."""
+    rows = np.ascontiguousarray(rows).reshape(len(rows), -1)
+    return np.array(
+        [int.from_bytes(hashlib.blake2b(r.tobytes(), digest_size=8).digest(), "little", signed=True)
+         for r in rows],
+        dtype=np.int64,
+    )
+
+
+class Trace:
+    """Everything a strategy recorded, grouped by kind and ordered by step."""
+
+    def __init__(self, recording: Recording | None = None):
+        self.recording = recording or Recording()
+        self.variables: list[VariableRecord] = []
+        self.snapshots: list[VariableSnapshot] = []
+        self.warnings: list[str] = []  # mistakes spotted while recording, in plain words
+        self._steps_run = lambda: 0  # the strategy replaces this with a read of its step counter
+        self._steps: "OrderedDict[int, _Step]" = OrderedDict()
+
+    # ---- filling (called by the strategy) -------------------------------------------------
+    def _step(self, step: int) -> _Step:
+        if step not in self._steps:
+            self._steps[step] = _Step()
+            sampled = [s for s in self._steps if s >= self.recording.first_steps]
+            if len(sampled) > self.recording.keep_last:
+                del self._steps[sampled[0]]
+        return self._steps.get(step, _Step())  # an evicted step records into a throwaway
+
+    def clear(self) -> None:
+        """Forget every step (the variables stay listed)."""
+        self._steps.clear()
+        self.snapshots.clear()
+
+    # ---- reading --------------------------------------------------------------------------
+    @property
+    def steps_run(self) -> int:
+        """Steps run so far, recorded or not."""
+        return self._steps_run()
+
+    @property
+    def steps(self) -> list[int]:
+        """The recorded steps, in order."""
+        return list(self._steps)
+
+    def _gather(self, kind: str, step: int | None) -> list:
+        steps = [step] if step is not None else list(self._steps)
+        return [r for s in steps if s in self._steps for r in getattr(self._steps[s], kind)]
+
+    def shards(self, step: int | None = None) -> list[ShardRecord]:
+        return self._gather("shards", step)
+
+    def allreduces(self, step: int | None = None, path: str | None = None) -> list[AllReduceRecord]:
+        return [r for r in self._gather("allreduces", step) if path is None or r.path == path]
+
+    def outputs(self, step: int | None = None) -> list[OutputRecord]:
+        return self._gather("outputs", step)
+
+    def sync(self, step: int | None = None) -> list[SyncRecord]:
+        return self._gather("sync", step)
+
+    def max_sync_diff(self) -> float:
+        """The largest difference between replicas' copies seen after any recorded step."""
+        return max((r.max_abs_diff for r in self.sync()), default=0.0)
+
+    def gradients(self, step: int | None = None, variables=None) -> list[GradientRecord]:
+        """Each replica's local gradients: the inputs of the all-reduces that carried gradients.
+
+        Keras and ``ReplicaContext.all_reduce`` pass gradients as anonymous tensors, so they are
+        named by matching shapes, in order, against ``variables`` (default: the trainable
+        variables this strategy created). An all-reduce whose shapes do not match is not counted.
+        """
+        if variables is None:
+            names = [v.name for v in self.variables if v.trainable]
+            shapes = [v.shape for v in self.variables if v.trainable]
+        else:
+            names = [getattr(v, "path", None) or v.name for v in variables]
+            shapes = [tuple(v.shape) for v in variables]
+        result = []
+        for rec in self.allreduces(step, path="batch_reduce"):
+            if rec.shapes != shapes:
+                continue
+            for t, name in enumerate(names):
+                for r in range(rec.num_replicas):
+                    value = rec.inputs[t][r] if rec.inputs is not None else None
+                    result.append(GradientRecord(rec.step, r, name, float(rec.input_norms[t, r]),
+                                                 value, float(rec.output_norms[t, 0])))
+        return result
+
+    def example_ids(self, step: int, dataset=None) -> dict[int, np.ndarray]:
+        """Which examples each replica received in ``step``: ``{replica_id: indices}``.
+
+        Works directly when the data carried an index (``(index, x, y)`` elements). For ``(x, y)``
+        data, as Keras ``fit`` takes, pass the :class:`mirrortutor.data.Dataset` it came from and
+        the examples are recognised by their feature rows.
+        """
+        out = {}
+        lookup = None
+        for rec in self.shards(step):
+            if rec.example_ids is not None:
+                out[rec.replica_id] = rec.example_ids
+            elif rec.row_hashes is not None and dataset is not None:
+                if lookup is None:
+                    lookup = dict(zip(row_hashes(dataset.x).tolist(), dataset.index.tolist()))
+                out[rec.replica_id] = np.array([lookup.get(h, -1) for h in rec.row_hashes.tolist()])
+        return out
+
+    def nbytes(self) -> int:
+        """Approximate memory the trace holds, in bytes."""
+        total = 0
+
+        def add(obj) -> None:
+            nonlocal total
+            if isinstance(obj, np.ndarray):
+                total += obj.nbytes
+            elif isinstance(obj, (list, tuple)):
+                for o in obj:
+                    add(o)
+            elif hasattr(obj, "__dataclass_fields__"):
+                total += 64
+                for name in obj.__dataclass_fields__:
+                    add(getattr(obj, name))
+
+        add(self.variables)
+        add(self.snapshots)
+        for s in self._steps.values():
+            add(s)
+        return total
+
+    def summary(self) -> str:
+        """A few plain lines: what was recorded."""
+        reductions = self.allreduces()
+        impls = sorted({r.implementation for r in reductions})
+        lines = [
+            f"{self.steps_run} step(s) run, {len(self._steps)} recorded "
+            f"({self.recording.first_steps} first, then 1 in {self.recording.every}).",
+            f"{len(self.variables)} variable(s) created in the strategy's scope.",
+            f"{len(reductions)} all-reduce call(s) recorded"
+            + (f", by {', '.join(impls)}." if impls else "."),
+        ]
+        if self.sync():
+            lines.append(f"Largest difference between replicas' copies: {self.max_sync_diff():g}.")
+        return "\n".join(lines)
+
+    def variables_table(self) -> str:
+        """The variables as a plain table: name, kind, synchronization, aggregation, devices."""
+        rows = [("name", "kind", "sync", "aggregation", "shape", "copies on")]
+        for v in self.variables:
+            where = ", ".join(d.split("device:")[-1] for d in v.devices)
+            rows.append((v.name, v.kind, v.synchronization, v.aggregation, str(v.shape), where))
+        return _table(rows)
+
+    def allreduce_table(self, step: int | None = None, digits: int = 4) -> str:
+        """The all-reduces as a plain table: what went in from each replica, what came out."""
+        rows = [("step", "path", "op", "implementation", "tensor", "inputs per replica",
+                 "output")]
+        for rec in self.allreduces(step):
+            for t, name in enumerate(rec.names):
+                if rec.inputs is not None and np.size(rec.inputs[t][0]) == 1:
+                    ins = " ".join(f"{float(np.ravel(a)[0]):.{digits}g}" for a in rec.inputs[t])
+                    out = f"{float(np.ravel(rec.outputs[t][0])[0]):.{digits}g}"
+                else:
+                    ins = " ".join(f"‖{x:.{digits}g}‖" for x in rec.input_norms[t])
+                    out = f"‖{rec.output_norms[t][0]:.{digits}g}‖"
+                rows.append((str(rec.step), rec.path, rec.reduce_op, rec.implementation, name,
+                             ins, out))
+        return _table(rows)
+
+    def __repr__(self) -> str:
+        return f"<Trace: {self.steps_run} steps run, {len(self._steps)} recorded>"
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    """Left-aligned columns, two spaces apart: readable in any notebook, stable for nbval."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

@@ -1,0 +1,248 @@
+"""mt.MirroredStrategy: a drop-in for TF's, recording a trace that never changes a number."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mirrortutor as mt
+from helpers import digits, plain_mirrored, same_bits, train_custom, train_fit
+
+REPLICAS = [1, 2, 4, 8]
+
+
+def test_is_a_tensorflow_mirrored_strategy(devices):
+    """It is an instance of tf.distribute.MirroredStrategy and takes the same arguments."""
+    s = mt.MirroredStrategy(devices[:2], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    assert isinstance(s, tf.distribute.MirroredStrategy)
+    assert s.num_replicas_in_sync == 2
+    assert list(s.extended.worker_devices) == [f"/job:localhost/replica:0/task:0/device:CPU:{i}"
+                                               for i in range(2)]
+
+
+@pytest.mark.parametrize("n", REPLICAS)
+def test_custom_loop_is_bit_identical_to_plain_tf(devices, n):
+    """A custom loop gives bit-identical weights and losses under mt's strategy and TF's."""
+    data = digits()
+    plain_w, plain_l = train_custom(plain_mirrored(devices[:n]), data)
+    ours = mt.MirroredStrategy(devices[:n], recording=mt.Recording.everything())
+    our_w, our_l = train_custom(ours, data)
+    assert same_bits(plain_w, our_w)
+    assert plain_l == our_l
+    assert ours.trace.steps_run == 8 and len(ours.trace.steps) == 8  # it did record
+
+
+@pytest.mark.parametrize("n", REPLICAS)
+def test_keras_fit_is_bit_identical_to_plain_tf(devices, n):
+    """Keras fit gives bit-identical weights and history under mt's strategy and TF's."""
+    data = digits()
+    plain_w, plain_h = train_fit(plain_mirrored(devices[:n]), data)
+    ours = mt.MirroredStrategy(devices[:n], recording=mt.Recording.everything())
+    our_w, our_h = train_fit(ours, data)
+    assert same_bits(plain_w, our_w)
+    assert plain_h == our_h
+    assert ours.trace.steps_run == 8 and ours.trace.gradients(step=0)
+
+
+def test_strategies_over_different_device_counts_share_a_process(devices):
+    """2, then 3, then 2 replicas again in one process: every all-reduce still works."""
+    for n in [2, 3, 2, 5]:
+        s = mt.MirroredStrategy(devices[:n])
+
+        @tf.function
+        def total():
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_reduce("SUM", tf.cast(ctx.replica_id_in_sync_group, tf.float32) + 1.0)
+
+        result = s.experimental_local_results(s.run(total))
+        assert [float(r) for r in result] == [n * (n + 1) / 2] * n
+
+
+def test_shards_partition_each_global_batch(devices):
+    """Each step's per-replica example ids are disjoint, consecutive, and cover the global batch."""
+    s = mt.MirroredStrategy(devices[:4])
+    data = mt.data.digits().take(250)  # batches of 64, 64, 64 and a last one of 58
+    dist = s.experimental_distribute_dataset(data.to_tf(64))
+    batches = list(data.to_tf(64))
+
+    @tf.function
+    def step(batch):
+        return s.run(lambda i, x, y: tf.shape(i)[0], args=batch)
+
+    for b in dist:
+        step(b)
+    for k, batch in enumerate(batches):
+        ids = s.trace.example_ids(k)
+        assert sorted(ids) == [0, 1, 2, 3]
+        np.testing.assert_array_equal(np.concatenate([ids[r] for r in range(4)]), batch[0].numpy())
+    assert [r.batch_size for r in s.trace.shards(0)] == [16, 16, 16, 16]
+    assert [r.batch_size for r in s.trace.shards(3)] == [15, 15, 15, 13]
+    assert [r.device[-5:] for r in s.trace.shards(3)] == ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
+
+
+def test_fit_shards_are_recognised_by_their_rows(devices):
+    """With (x, y) data, as fit takes, the trace finds each replica's examples from the dataset."""
+    s = mt.MirroredStrategy(devices[:4])
+    data = digits()
+    train_fit(s, data, epochs=1)
+    ids = s.trace.example_ids(1, dataset=data)
+    np.testing.assert_array_equal(np.concatenate([ids[r] for r in range(4)]), np.arange(64, 128))
+
+
+def test_allreduce_outputs_are_the_sum_of_recorded_inputs(devices):
+    """Every recorded all-reduce output equals the SUM (or MEAN) of its recorded inputs."""
+    s = mt.MirroredStrategy(devices[:4], recording=mt.Recording.everything())
+    train_custom(s, digits(), epochs=1)
+    records = s.trace.allreduces()
+    assert {r.implementation for r in records} >= {"CollectiveAllReduce (RING)"}
+    for rec in records:
+        for ins, outs in zip(rec.inputs, rec.outputs):
+            expected = np.sum(ins, axis=0) / (len(ins) if rec.reduce_op == "MEAN" else 1)
+            for out in outs:
+                np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_gradients_are_the_allreduce_inputs_named_by_variable(devices):
+    """trace.gradients gives each replica's local gradient per variable, summed into the output."""
+    s = mt.MirroredStrategy(devices[:2], recording=mt.Recording.everything())
+    train_custom(s, digits(), epochs=1)
+    grads = s.trace.gradients(step=0)
+    names = [v.name for v in s.trace.variables if v.trainable]
+    assert [g.variable for g in grads] == [n for n in names for _ in range(2)]
+    kernel = [g for g in grads if g.variable == names[0]]
+    total = kernel[0].value + kernel[1].value
+    assert kernel[0].reduced_norm == pytest.approx(np.linalg.norm(total), rel=1e-5)
+    assert not np.array_equal(kernel[0].value, kernel[1].value), "replicas saw different data"
+
+
+def test_variables_are_recorded_with_one_component_per_device(devices):
+    """Each MirroredVariable is listed with its devices, aggregation and per-replica values."""
+    s = mt.MirroredStrategy(devices[:3])
+    with s.scope():
+        tf.Variable(1.0, name="w", aggregation=tf.VariableAggregation.MEAN)
+        tf.Variable(0.0, name="c", synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.SUM)
+    w, c = s.trace.variables
+    assert (w.kind, w.synchronization, w.aggregation) == ("MirroredVariable", "ON_WRITE", "MEAN")
+    assert (c.kind, c.synchronization, c.aggregation) == ("SyncOnReadVariable", "ON_READ", "SUM")
+    assert [d[-5:] for d in w.devices] == ["CPU:0", "CPU:1", "CPU:2"]
+    assert [float(v) for v in w.initial_values] == [1.0, 1.0, 1.0]
+
+
+def test_mean_assign_matches_tensorflow_expectation(devices):
+    """MEAN assign(replica_id) from 1.0 gives 0.5 on 2 replicas, recorded as a reduce."""
+    s = mt.MirroredStrategy(devices[:2])
+    with s.scope():
+        v = tf.Variable(1.0, aggregation=tf.VariableAggregation.MEAN)
+    s.run(lambda: v.assign(tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group,
+                                   tf.float32)))
+    assert [float(c) for c in s.experimental_local_results(v)] == [0.5, 0.5]
+    (rec,) = s.trace.allreduces(step=0)
+    assert (rec.path, rec.reduce_op, rec.implementation) == ("reduce", "MEAN", "ReductionToOneDevice")
+    shots = s.snapshot("after assign")
+    assert [float(x) for x in shots[0].values] == [0.5, 0.5]
+
+
+def test_sync_check_is_zero_after_training(devices):
+    """After every recorded step, each variable's copies agree exactly across replicas."""
+    s = mt.MirroredStrategy(devices[:4])
+    train_custom(s, digits(), epochs=1)
+    assert len(s.trace.sync()) == 4 * 4  # 4 steps x 4 trainable variables
+    assert s.trace.max_sync_diff() == 0.0
+
+
+def test_sync_check_sees_replicas_drift_apart(devices):
+    """A variable written differently per replica (aggregation NONE, per-component) shows up."""
+    s = mt.MirroredStrategy(devices[:2])
+    with s.scope():
+        v = tf.Variable([0.0, 0.0], trainable=True)
+    comps = s.experimental_local_results(v)
+    comps[1].assign([0.0, 3.0])  # write one replica's copy only: they now disagree
+    with pytest.warns(UserWarning, match="differ by up to 3"):
+        s.run(lambda: tf.constant(0.0))
+    assert s.trace.max_sync_diff() == 3.0
+
+
+def test_assign_with_aggregation_none_drifts_and_is_flagged(devices):
+    """Replicas assigning different values to a NONE-aggregation variable diverge; mt says so."""
+    s = mt.MirroredStrategy(devices[:4])
+    with s.scope():
+        w = tf.Variable(1.0)
+
+    def replica_fn():
+        w.assign(tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32))
+
+    with pytest.warns(UserWarning, match="aggregation is NONE"):
+        tf.function(lambda: s.run(replica_fn))()
+    assert [float(c) for c in s.experimental_local_results(w)] == [0.0, 1.0, 2.0, 3.0]
+    assert s.trace.max_sync_diff() == 3.0
+
+
+def test_default_recording_is_bounded(devices):
+    """A long run keeps only the first steps and the latest samples: memory does not grow."""
+    policy = mt.Recording(first_steps=5, every=10, keep_last=3)
+    s = mt.MirroredStrategy(devices[:2], recording=policy)
+
+    @tf.function
+    def step():
+        return s.run(lambda: tf.ones([4]))
+
+    for _ in range(200):
+        step()
+    assert s.trace.steps_run == 200
+    assert s.trace.steps == [0, 1, 2, 3, 4, 170, 180, 190]
+
+
+def test_eager_run_records_like_a_function(devices):
+    """strategy.run outside tf.function records shards and outputs just the same."""
+    s = mt.MirroredStrategy(devices[:2])
+    batch = next(iter(s.experimental_distribute_dataset(mt.data.digits().take(8).to_tf(8))))
+    s.run(lambda i, x, y: tf.reduce_sum(x), args=batch)
+    assert [list(v) for v in s.trace.example_ids(0).values()] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    (out,) = s.trace.outputs(0)
+    assert out.values.shape == (2,)
+
+
+def test_model_outside_scope_gets_a_clear_error(devices):
+    """A model built outside strategy.scope() raises OutsideScopeError with the fix, not a bare assert."""
+    s = mt.MirroredStrategy(devices[:2])
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+    with s.scope():
+        model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        with pytest.raises(mt.OutsideScopeError, match=r"inside `with strategy.scope\(\):`"):
+            model.fit(digits().to_tf(64, with_index=False), epochs=1, verbose=0)
+    # nothing lost: the same strategy still trains a model built the right way
+    train_fit(s, digits(), epochs=1)
+
+
+def test_fit_with_uneven_batch_split_gets_a_clear_error(devices):
+    """fit with a global batch of 64 over 3 replicas raises BatchSplitError saying what to change."""
+    s = mt.MirroredStrategy(devices[:3])
+    with pytest.raises(mt.BatchSplitError, match="multiple of 3"):
+        train_fit(s, digits(), epochs=1)
+
+
+def test_already_reduced_gradients_are_flagged(devices):
+    """Passing all-reduced gradients to a Keras optimizer (applied N times) is flagged."""
+    s = mt.MirroredStrategy(devices[:2])
+    data = digits(64)
+    with s.scope():
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+        opt = keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step(batch):
+        def replica(i, x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(model(x) ** 2) / 2
+            grads = tape.gradient(loss, model.trainable_variables)
+            reduced = tf.distribute.get_replica_context().all_reduce("SUM", grads)
+            opt.apply_gradients(zip(reduced, model.trainable_variables))  # the mistake
+        s.run(replica, args=batch)
+
+    with pytest.warns(UserWarning, match="identical values into a SUM all-reduce"):
+        for b in s.experimental_distribute_dataset(data.to_tf(64)):
+            step(b)
+    assert len(s.trace.warnings) == 1
