@@ -58,7 +58,7 @@ class Emitter:
         if tf.executing_eagerly():
             if always or self.keeps(int(step)):
                 values = [np.asarray(t) for t in _materialise(tensors)]
-                callback(int(step), *values)
+                _safely(callback, int(step), values)
             return
         if in_xla_context():
             warn_xla_once()
@@ -69,7 +69,7 @@ class Emitter:
                 flat = _materialise(tensors)
 
                 def call(s, *values):
-                    callback(int(s), *values)
+                    _safely(callback, int(s), values)
                     return np.int64(0)
 
                 return tf.numpy_function(call, [step, *flat], tf.int64, stateful=True)
@@ -78,6 +78,15 @@ class Emitter:
             record()
         else:
             tf.cond(self.keeps_tensor(step), record, lambda: tf.constant(0, tf.int64))
+
+
+def _safely(callback: Callback, step: int, values) -> None:
+    """Run a recording callback; if it fails, warn, and never let training fail with it."""
+    try:
+        callback(step, *values)
+    except Exception as exc:  # a bug in recording must not stop a student's training
+        warnings.warn(f"mirrortutor could not record step {step} ({type(exc).__name__}: {exc}); "
+                      "training itself is unaffected.", stacklevel=2)
 
 
 def _materialise(tensors) -> list:

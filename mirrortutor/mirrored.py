@@ -105,9 +105,10 @@ def _check_same_shapes(values) -> None:
             raise BatchSplitError(
                 f"The replicas' values have different shapes ({', '.join(str(s) for s in shapes)}), "
                 f"so they cannot be added up element by element. This happens when a global batch "
-                f"does not divide evenly among {len(shapes)} replicas (here: {sizes} examples), "
-                "and Keras fit() reduces a batch's outputs. Use a global batch size that is a "
-                f"multiple of {len(shapes)}, or batch with drop_remainder=True."
+                f"does not divide evenly among {len(shapes)} replicas (here: {sizes} examples). "
+                f"Use a global batch size that is a multiple of {len(shapes)}, or batch with "
+                "drop_remainder=True; Keras fit() needs one of those. For strategy.reduce, "
+                "axis=0 (reduce along the batch) works with uneven shards."
             )
 
 
@@ -388,7 +389,7 @@ class MirroredStrategy(tf.distribute.MirroredStrategy):
             it = iter(arrays)
             slot = trace._step(step)
             for (name, _), k in zip(items, counts):
-                slot.outputs.append(OutputRecord(step, name, np.stack([next(it) for _ in range(k)])))
+                slot.outputs.append(OutputRecord(step, name, [np.array(next(it)) for _ in range(k)]))
 
         self._emitter.emit(step, [t for ts in tensors for t in ts], record)
 

@@ -11,6 +11,7 @@ of which only the most recent are kept, so a long run never fills memory.
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -105,7 +106,7 @@ class OutputRecord:
 
     step: int
     name: str  # the key in the returned dict, or "output i"
-    values: np.ndarray  # (replicas,) for scalars; (replicas, ...) otherwise
+    values: list[np.ndarray]  # one per replica (shapes may differ, e.g. on an uneven batch)
 
 
 @dataclass
@@ -204,8 +205,8 @@ class Trace:
         """The largest difference between replicas' copies seen after any recorded step."""
         return max((r.max_abs_diff for r in self.sync()), default=0.0)
 
-    def gradients(self, step: int | None = None, variables=None) -> list[GradientRecord]:
-        """Each replica's local gradients: the inputs of the all-reduces that carried gradients.
+    def _gradient_allreduces(self, step, variables) -> list[tuple[AllReduceRecord, list[str]]]:
+        """The all-reduces that carried gradients, with the variable name of each tensor.
 
         Keras and ``ReplicaContext.all_reduce`` pass gradients as anonymous tensors, so they are
         named by matching shapes, in order, against ``variables`` (default: the trainable
@@ -217,16 +218,53 @@ class Trace:
         else:
             names = [getattr(v, "path", None) or v.name for v in variables]
             shapes = [tuple(v.shape) for v in variables]
+        return [(rec, names) for rec in self.allreduces(step, path="batch_reduce")
+                if names and rec.shapes == shapes]
+
+    def gradients(self, step: int | None = None, variables=None) -> list[GradientRecord]:
+        """Each replica's local gradients: the inputs of the all-reduces that carried gradients."""
         result = []
-        for rec in self.allreduces(step, path="batch_reduce"):
-            if rec.shapes != shapes:
-                continue
+        for rec, names in self._gradient_allreduces(step, variables):
             for t, name in enumerate(names):
                 for r in range(rec.num_replicas):
                     value = rec.inputs[t][r] if rec.inputs is not None else None
                     result.append(GradientRecord(rec.step, r, name, float(rec.input_norms[t, r]),
                                                  value, float(rec.output_norms[t, 0])))
         return result
+
+    def reduced_gradients(self, step: int, variables=None) -> dict[str, np.ndarray]:
+        """The all-reduced gradient of each variable at ``step``: what every replica applied."""
+        for rec, names in self._gradient_allreduces(step, variables):
+            if rec.outputs is not None:
+                return {name: rec.outputs[t][0] for t, name in enumerate(names)}
+        raise ValueError(
+            f"No all-reduced gradients with whole values were recorded at step {step}. Record "
+            "them with mt.Recording(full_values=True), or pick a recorded step: "
+            f"{self.steps[:10]}."
+        )
+
+    def gradient_scale(self, reference, step: int = 0, variables=None) -> float:
+        """How many times larger the applied gradient is than ``reference``.
+
+        ``reference``: the gradients of the mean loss over the same *global* batch, computed on
+        one device (a list of arrays, in the variables' order). A correct loop gives 1.0. A loss
+        divided by the per-replica batch size instead of the global one gives exactly
+        ``num_replicas_in_sync``, and a warning says how to fix it.
+        """
+        applied = np.concatenate([np.ravel(g) for g in self.reduced_gradients(step, variables).values()])
+        expected = np.concatenate([np.ravel(np.asarray(g)) for g in reference])
+        scale = float(np.linalg.norm(applied) / np.linalg.norm(expected))
+        replicas = self._gradient_allreduces(step, variables)[0][0].num_replicas
+        if replicas > 1 and abs(scale - replicas) < 1e-3 * replicas:
+            message = (
+                f"The applied gradient is {scale:.4g} times the full-batch gradient, which is the "
+                f"number of replicas ({replicas}): the loss was probably averaged over each "
+                "replica's own batch. Divide by the GLOBAL batch size instead: "
+                "tf.nn.compute_average_loss(per_example_loss, global_batch_size=...)."
+            )
+            warnings.warn(message, stacklevel=2)
+            self.warnings.append(message)
+        return scale
 
     def example_ids(self, step: int, dataset=None) -> dict[int, np.ndarray]:
         """Which examples each replica received in ``step``: ``{replica_id: indices}``.

@@ -1,0 +1,106 @@
+"""How much does recording cost? Plain tf.distribute.MirroredStrategy vs mt.MirroredStrategy.
+
+Trains the same small MLP on the digits with a custom loop on 4 logical CPU replicas, alternating
+plain / default recording / full recording runs, and prints the median step time of each and the
+ratios to plain. Then runs 1,000 and 10,000 steps with default recording and prints the trace's
+memory, which must stay bounded (the default keeps the first steps and a fixed-size sample).
+
+Timings are from logical CPU devices sharing this machine's cores: they measure recording's
+overhead here, not GPU speed. Usage: python benchmarks/instrumentation_overhead.py [--quick]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import mirrortutor as mt
+
+DEVICES = mt.setup(4)
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from mirrortutor.mirrored import next_collective_key_base  # noqa: E402
+
+QUICK = "--quick" in sys.argv
+STEPS = 50 if QUICK else 200  # timed steps per run
+ROUNDS = 3 if QUICK else 7  # runs per variant, alternating
+GLOBAL_BATCH = 64
+
+
+def plain_strategy():
+    tf.distribute.MirroredStrategy._collective_key_base = next_collective_key_base()
+    try:
+        return tf.distribute.MirroredStrategy(DEVICES)
+    finally:
+        tf.distribute.MirroredStrategy._collective_key_base = 0
+
+
+def make_trainer(strategy):
+    """A compiled train step over an endless distributed digits dataset."""
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(128, activation="relu"),
+                                  keras.layers.Dense(128, activation="relu"), keras.layers.Dense(10)])
+        optimizer = keras.optimizers.SGD(0.05)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    data = mt.data.digits().to_tf(GLOBAL_BATCH, drop_remainder=True).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(data))
+
+    @tf.function
+    def step():
+        def replica(index, x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(loss_fn(y, model(x, training=True)),
+                                                  global_batch_size=GLOBAL_BATCH)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        return strategy.reduce("SUM", strategy.run(replica, args=next(iterator)), axis=None)
+
+    step()  # trace and warm up
+    return step
+
+
+def time_run(step, steps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    loss.numpy()
+    return (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    variants = {
+        "plain tf.distribute": make_trainer(plain_strategy()),
+        "mt, default recording": make_trainer(mt.MirroredStrategy(DEVICES)),
+        "mt, full recording": make_trainer(mt.MirroredStrategy(DEVICES,
+                                                               recording=mt.Recording.everything())),
+    }
+    times = {name: [] for name in variants}
+    for _ in range(ROUNDS):  # alternate, so drifts in machine load hit every variant alike
+        for name, step in variants.items():
+            times[name].append(time_run(step, STEPS))
+    plain = statistics.median(times["plain tf.distribute"])
+    print(f"4 logical CPU replicas on shared cores; {ROUNDS} alternating runs of {STEPS} steps")
+    print(f"{'variant':24s} {'median step':>12s} {'ratio to plain':>15s}")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"{name:24s} {med * 1e3:9.2f} ms {med / plain:14.3f}x")
+
+    print("\ntrace memory with default recording (must stay bounded):")
+    strategy = mt.MirroredStrategy(DEVICES)
+    step = make_trainer(strategy)
+    done = 1
+    for target in ([200, 1000] if QUICK else [1000, 10000]):
+        for _ in range(target - done):
+            step()
+        done = target
+        print(f"after {strategy.trace.steps_run:6d} steps: {len(strategy.trace.steps):3d} steps kept, "
+              f"{strategy.trace.nbytes() / 1e6:6.2f} MB")
+
+
+if __name__ == "__main__":
+    main()
