@@ -33,6 +33,7 @@ notebooks: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/instrumentation_overhead.py
+	$(BIN)/python benchmarks/allreduce_table.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

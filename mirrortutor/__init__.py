@@ -17,7 +17,17 @@ import os as _os
 # our one plain line from setup() instead.
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from . import allreduce, costmodel, data, errors, plots  # noqa: E402
+from . import (  # noqa: E402
+    allreduce,
+    allreduce_plots,
+    costmodel,
+    data,
+    errors,
+    experiments,
+    measure,
+    plots,
+    widgets,
+)
 from .devices import setup  # noqa: E402
 from .errors import (  # noqa: E402
     BatchSplitError,
@@ -44,6 +54,11 @@ __all__ = [
     # all-reduce from scratch and its cost
     "allreduce",
     "costmodel",
+    "measure",
+    "allreduce_plots",
+    # scaling experiments and the chapter-5 panel
+    "experiments",
+    "widgets",
     # errors (every one is in mt.errors; the ones students meet most are here too)
     "errors",
     "MirrortutorError",

@@ -64,3 +64,19 @@ class InvalidQuantityError(MirrortutorError, ValueError):
 
 class OutsideScopeError(MirrortutorError, ValueError):
     """A variable used by a distributed step that was created outside ``strategy.scope()``."""
+
+
+class ClusterConfigError(MirrortutorError, ValueError):
+    """A local cluster asked for with impossible settings: no workers, taken ports, a bad mode."""
+
+
+class ClusterStateError(MirrortutorError, RuntimeError):
+    """A local cluster used at the wrong moment: started twice, or its tasks failed to start."""
+
+
+class WorkerIndexError(MirrortutorError, ValueError):
+    """A worker number (to kill, restart or slow down) that the cluster does not have."""
+
+
+class ExposedPortWarning(UserWarning):
+    """Some of a cluster's gRPC ports listen on every network interface of this machine."""

@@ -237,6 +237,8 @@ class _RecordingMirroredExtended(mirrored_strategy.MirroredExtended):
         return nest.map_structure(get_values, value)
 
     def _record_reduction(self, path, reduce_op, values, destinations, outputs, inner, options):
+        if not values:  # an empty batch_reduce (TF allows it): nothing moved, nothing to record
+            return
         trace = self._trace
         policy = trace.recording
         names = [_destination_name(d, i) for i, d in enumerate(destinations)]
@@ -290,6 +292,14 @@ class MirroredStrategy(tf.distribute.MirroredStrategy):
                                               cross_device_ops=cross_device_ops)
         # Skip MirroredStrategy.__init__, which would build a plain MirroredExtended.
         super(tf.distribute.MirroredStrategy, self).__init__(extended)
+        if (isinstance(cross_device_ops, tf.distribute.HierarchicalCopyAllReduce)
+                and self.num_replicas_in_sync % 2):
+            warnings.warn(
+                f"TensorFlow's HierarchicalCopyAllReduce adds up two groups of "
+                f"{self.num_replicas_in_sync // 2} replicas, so with an odd number of replicas "
+                f"({self.num_replicas_in_sync}) the last replica's values are left out and every "
+                "sum is wrong (seen in TF 2.21; chapter 04 shows it). Use an even number of "
+                "replicas, or another cross_device_ops.", stacklevel=2)
         host = extended._input_workers_devices[0][0]  # the host CPU that feeds the replicas
         with tf.device(host):
             self._step_counter = tf.Variable(0, dtype=tf.int64, trainable=False,
@@ -308,6 +318,7 @@ class MirroredStrategy(tf.distribute.MirroredStrategy):
             return int(self._step_counter.numpy()) - 1
         return self._step_counter.read_value() - 1
 
+    @tf.autograph.experimental.do_not_convert  # TF's own run is not converted either
     def run(self, fn, args=(), kwargs=None, options=None):
         """``tf.distribute.Strategy.run``, recording shards, outputs and the sync check."""
         if self._in_run:  # nested run: TF handles it; record only the outer one

@@ -141,6 +141,8 @@ class _Step:
 
 def row_hashes(rows: np.ndarray) -> np.ndarray:
     """An int64 fingerprint of each row's bytes, to recognise examples by content."""
+    if len(rows) == 0:  # an empty shard: a replica with no examples this step
+        return np.zeros(0, dtype=np.int64)
     rows = np.ascontiguousarray(rows).reshape(len(rows), -1)
     return np.array(
         [int.from_bytes(hashlib.blake2b(r.tobytes(), digest_size=8).digest(), "little", signed=True)

@@ -9,7 +9,7 @@ import mirrortutor as mt
 
 DOCUMENTED = {
     "setup", "data", "MirroredStrategy", "Recording", "Trace", "plots", "allreduce", "costmodel",
-    "errors", "MirrortutorError", "ReplicaCountError", "DevicesAlreadyInitializedError",
+    "measure", "allreduce_plots", "experiments", "widgets", "errors", "MirrortutorError", "ReplicaCountError", "DevicesAlreadyInitializedError",
     "BatchSplitError", "OutsideScopeError", "UnknownDatasetError",
 }
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -274,3 +276,23 @@ def test_distribute_datasets_from_function_is_recorded(devices):
     assert [r.batch_size for r in s.trace.shards(0)] == [8, 8]
     seen = np.concatenate([np.concatenate(list(s.trace.example_ids(k).values())) for k in s.trace.steps])
     assert sorted(seen.tolist()) == list(range(32))
+
+
+def test_a_replica_with_an_empty_shard_is_recorded(devices):
+    """A last batch smaller than the replica count leaves some replicas empty; recording copes."""
+    s = mt.MirroredStrategy(devices[:4])
+    data = mt.data.digits().take(2)  # 2 examples over 4 replicas
+    batch = next(iter(s.experimental_distribute_dataset(data.to_tf(2, with_index=False))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a recording failure would warn: make it fail the test
+        tf.function(lambda b: s.run(lambda x, y: tf.reduce_sum(x), args=b))(batch)
+    assert [r.batch_size for r in s.trace.shards(0)] == [1, 1, 0, 0]
+
+
+def test_hierarchical_copy_with_odd_replicas_is_flagged(devices):
+    """HierarchicalCopyAllReduce over an odd replica count (wrong sums in TF 2.21) gets a warning."""
+    with pytest.warns(UserWarning, match="odd number of replicas"):
+        mt.MirroredStrategy(devices[:3], cross_device_ops=tf.distribute.HierarchicalCopyAllReduce())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mt.MirroredStrategy(devices[:4], cross_device_ops=tf.distribute.HierarchicalCopyAllReduce())
