@@ -1,0 +1,223 @@
+"""The chapter-5 experiment panel: change the replicas, press Run, watch the charts redraw.
+
+:class:`ScalingLab` is a thin ipywidgets layer over :func:`mirrortutor.experiments.run_scaling`:
+each run adds one line per chart, so runs can be compared side by side. Bad settings show a
+message in the panel, which stays usable.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ipywidgets as W
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from . import costmodel, experiments
+from .errors import MirrortutorError
+from .plots import REPLICA_COLOURS
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def measured_note(device_kind: str) -> str:
+    """The caption every measured-time chart carries: what these timings can and cannot say."""
+    if device_kind == "GPU":
+        return "measured on this machine's GPUs"
+    return (f"measured on logical CPU devices sharing {_cores()} physical core(s): "
+            "replicas compete for the same cores, so this is not GPU speed")
+
+
+class ScalingLab:
+    """Widgets to run :func:`~mirrortutor.experiments.run_scaling` and compare runs in charts.
+
+    >>> lab = mt.widgets.ScalingLab()   # doctest: +SKIP
+    >>> lab                              # doctest: +SKIP  (shows the panel)
+    """
+
+    def __init__(self, devices: list[str] | None = None, config: experiments.ScalingConfig | None = None):
+        import tensorflow as tf
+
+        if devices is None:
+            gpus = tf.config.list_logical_devices("GPU")
+            devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+        self.devices = list(devices)
+        self.results: list[experiments.ScalingResult] = []
+        c = config or experiments.ScalingConfig(replicas=min(4, len(self.devices)))
+        style = {"description_width": "150px"}
+        layout = W.Layout(width="380px")
+        self.replicas = W.IntSlider(c.replicas, 1, len(self.devices), description="replicas",
+                                    style=style, layout=layout)
+        self.per_replica_batch = W.Dropdown(options=[8, 16, 32, 64], value=c.per_replica_batch,
+                                            description="per-replica batch", style=style, layout=layout)
+        self.global_batch = W.IntText(0, description="or global batch (0: off)", style=style,
+                                      layout=layout)
+        self.width = W.IntSlider(c.width, 16, 256, step=16, description="layer width", style=style,
+                                 layout=layout)
+        self.depth = W.IntSlider(c.depth, 1, 4, description="hidden layers", style=style, layout=layout)
+        self.epochs = W.IntSlider(c.epochs, 1, 20, description="epochs", style=style, layout=layout)
+        self.lr_rule = W.Dropdown(options=list(experiments.LR_RULES), value=c.lr_rule,
+                                  description="learning-rate rule", style=style, layout=layout)
+        self.cross_device_ops = W.Dropdown(options=list(experiments.CROSS_DEVICE_OPS),
+                                           value=c.cross_device_ops, description="all-reduce",
+                                           style=style, layout=layout)
+        self.prefetch = W.Checkbox(c.prefetch, description="prefetch input", indent=False)
+        self.interconnect = W.Dropdown(options=costmodel.preset_names(), value=c.interconnect,
+                                       description="modelled link", style=style, layout=layout)
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play")
+        self.sweep_button = W.Button(description=f"Sweep 1→{len(self.devices)}", icon="forward")
+        self.clear_button = W.Button(description="Clear", icon="trash")
+        self.progress = W.IntProgress(0, 0, 1, description="idle", style=style, layout=layout)
+        self.message = W.HTML("")
+        self.settings = W.HTML("")
+        self._base = c
+        self.run_button.on_click(lambda _: self._guarded(self.run))
+        self.sweep_button.on_click(lambda _: self._guarded(self.sweep))
+        self.clear_button.on_click(lambda _: self.clear())
+        self.loss_chart = go.FigureWidget(loss_chart([]))
+        self.time_chart = go.FigureWidget(time_chart([]))
+        self.scaling_chart = go.FigureWidget(scaling_chart([]))
+        controls = W.VBox([self.replicas, self.per_replica_batch, self.global_batch, self.width, self.depth,
+                           self.epochs, self.lr_rule, self.cross_device_ops, self.interconnect,
+                           self.prefetch, W.HBox([self.run_button, self.sweep_button,
+                                                  self.clear_button]),
+                           self.progress, self.message, self.settings])
+        self.panel = W.VBox([controls, self.loss_chart, W.HBox([self.time_chart, self.scaling_chart])])
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.panel)
+
+    # ---- running ----------------------------------------------------------------------------
+    def config(self, **overrides) -> experiments.ScalingConfig:
+        """The settings the widgets show now (with ``overrides``)."""
+        values = dict(replicas=self.replicas.value, per_replica_batch=self.per_replica_batch.value,
+                      width=self.width.value, depth=self.depth.value, epochs=self.epochs.value,
+                      lr_rule=self.lr_rule.value, cross_device_ops=self.cross_device_ops.value,
+                      prefetch=self.prefetch.value, interconnect=self.interconnect.value)
+        values.update(overrides)
+        if self.global_batch.value and "per_replica_batch" not in overrides:
+            values.pop("per_replica_batch")
+            return experiments.config_for_global_batch(
+                self.global_batch.value, **{**self._base.__dict__, **values})
+        return experiments.ScalingConfig(**{**self._base.__dict__, **values})
+
+    def _guarded(self, action) -> None:
+        try:
+            self.message.value = ""
+            action()
+        except (MirrortutorError, ValueError) as exc:  # bad settings: say so, stay usable
+            self.message.value = f"<b style='color:#b00'>Cannot run:</b> {exc}"
+        finally:
+            self.progress.description = "idle"
+
+    def run(self, **overrides) -> experiments.ScalingResult:
+        """One run with the current settings; its lines are added to every chart."""
+        config = self.config(**overrides)
+        self.progress.max, self.progress.value = config.epochs, 0
+        self.progress.description = f"{config.replicas} replica(s)"
+
+        def on_epoch(record):
+            self.progress.value = record.epoch
+
+        result = experiments.run_scaling(config, devices=self.devices, on_epoch=on_epoch)
+        self.add(result)
+        return result
+
+    def sweep(self) -> list[experiments.ScalingResult]:
+        """Runs at 1, 2, 4, … up to every device, with the other settings as shown."""
+        counts = sorted({n for n in (1, 2, 4, 8, 16) if n <= len(self.devices)} | {len(self.devices)})
+        return [self.run(replicas=n) for n in counts]
+
+    def clear(self) -> None:
+        """Forget every run and empty the charts."""
+        self.results.clear()
+        for fig in (self.loss_chart, self.time_chart, self.scaling_chart):
+            with fig.batch_update():
+                fig.data = []
+        self.settings.value = ""
+
+    # ---- charts ---------------------------------------------------------------------------
+    def add(self, result: experiments.ScalingResult) -> None:
+        """Draw one result into the charts (``run`` calls this)."""
+        self.results.append(result)
+        for widget, build in ((self.loss_chart, loss_chart), (self.time_chart, time_chart),
+                              (self.scaling_chart, scaling_chart)):
+            fig = build(self.results)
+            with widget.batch_update():
+                widget.data = []
+                widget.add_traces(list(fig.data))
+                widget.update_layout(fig.layout)
+        t = result.timing
+        self.settings.value = (
+            f"Last run: global batch <b>{result.global_batch}</b> = {result.config.per_replica_batch} "
+            f"per replica × {result.config.replicas}; learning rate <b>{result.peak_learning_rate:g}</b> "
+            f"({result.config.lr_rule}); {result.num_parameters:,} parameters; step "
+            f"{t.total_s * 1e3:.1f} ms here.")
+
+
+def loss_chart(results: list[experiments.ScalingResult]) -> go.Figure:
+    """Training loss by epoch and by examples seen, and test accuracy: one line per run."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=(
+        "training loss by epoch", "training loss by examples seen", "test accuracy by epoch"))
+    for i, result in enumerate(results):
+        colour = REPLICA_COLOURS[i % len(REPLICA_COLOURS)]
+        epochs = [e.epoch for e in result.epochs]
+        for col, x in ((1, epochs), (2, [e.examples_seen for e in result.epochs])):
+            fig.add_trace(go.Scatter(x=x, y=[e.loss for e in result.epochs], mode="lines+markers",
+                                     name=result.label, legendgroup=result.label,
+                                     showlegend=col == 1, line=dict(color=colour)), row=1, col=col)
+        fig.add_trace(go.Scatter(x=epochs, y=[e.test_accuracy for e in result.epochs],
+                                 mode="lines+markers", name=result.label, legendgroup=result.label,
+                                 showlegend=False, line=dict(color=colour, dash="dot")), row=1, col=3)
+    fig.update_xaxes(title_text="epoch", row=1, col=1)
+    fig.update_xaxes(title_text="examples seen", row=1, col=2)
+    fig.update_xaxes(title_text="epoch", row=1, col=3)
+    fig.update_layout(height=340, template="plotly_white", margin=dict(t=50, b=40),
+                      legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def _note(text: str) -> dict:
+    return dict(text=text, xref="paper", yref="paper", x=0, y=-0.42, showarrow=False,
+                font=dict(size=10), align="left")
+
+
+def time_chart(results: list[experiments.ScalingResult]) -> go.Figure:
+    """Where each run's step time goes, measured here: compute, all-reduce, unhidden input."""
+    labels = [r.label for r in results]
+    fig = go.Figure()
+    for part, colour, key in (("compute", "#636EFA", "compute_s"),
+                              ("all-reduce", "#EF553B", "allreduce_s"),
+                              ("input (not hidden by prefetch)", "#00CC96", "input_s")):
+        ys = [1e3 * (0.0 if key == "input_s" and r.timing.prefetch else getattr(r.timing, key))
+              for r in results]
+        fig.add_trace(go.Bar(name=part, x=labels, y=ys, marker_color=colour))
+    kind = results[-1].device_kind if results else "logical CPU"
+    fig.update_layout(title="Where a step's time goes (ms)", barmode="stack", height=400,
+                      template="plotly_white", margin=dict(b=130),
+                      annotations=[_note(measured_note(kind))])
+    return fig
+
+
+def scaling_chart(results: list[experiments.ScalingResult]) -> go.Figure:
+    """Throughput by replica count: measured here, and modelled for GPUs on the chosen link."""
+    runs = sorted(results, key=lambda r: r.config.replicas)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[r.config.replicas for r in runs], y=[r.throughput for r in runs],
+                             mode="markers+lines", name="measured here"))
+    link = runs[-1].config.interconnect if runs else "nvlink3-a100"
+    fig.add_trace(go.Scatter(x=[r.config.replicas for r in runs],
+                             y=[r.modelled_throughput for r in runs], mode="markers+lines",
+                             line=dict(dash="dash"), name=f"modelled: GPUs over {link}"))
+    kind = runs[-1].device_kind if runs else "logical CPU"
+    fig.update_layout(
+        title="Throughput (examples/s) by replicas", height=400, template="plotly_white",
+        margin=dict(b=130), yaxis=dict(type="log", title="examples / s"),
+        xaxis=dict(title="replicas", dtick=1),
+        annotations=[_note(measured_note(kind) + "<br>modelled: each GPU computes its shard as one "
+                           f"replica does here, plus the α–β all-reduce time over {link}")])
+    return fig
