@@ -17,6 +17,7 @@ import os
 import tensorflow as tf
 
 from .errors import DevicesAlreadyInitializedError, ReplicaCountError
+from .quiet import native_startup_filtered
 
 #: How many logical CPU replicas :func:`setup` will make at most. More adds threads and memory on
 #: the same few cores and teaches nothing new (the course never needs more than 8).
@@ -55,6 +56,21 @@ def _restart_message(asked: int, have: int, kind: str) -> str:
     )
 
 
+def _enough_inter_op_threads(replicas: int) -> None:
+    """Give TF's inter-op pool room for every replica's blocking collective.
+
+    By default the pool has one thread per physical core. Collective all-reduces block a thread
+    while they wait for their peers, so 8 replicas on 2 cores can wait on each other forever
+    (seen: a Keras predict stalled under MirroredStrategy). Only scheduling changes, never a
+    kernel's arithmetic. Possible only before TF starts; afterwards this does nothing.
+    """
+    if tf.config.threading.get_inter_op_parallelism_threads() == 0:
+        try:
+            tf.config.threading.set_inter_op_parallelism_threads(max(8, 2 * replicas))
+        except RuntimeError:
+            pass  # TF already started: keep what it has
+
+
 def _setup_cpu(replicas: int) -> list[str]:
     if replicas > MAX_CPU_REPLICAS:
         raise ReplicaCountError(
@@ -64,6 +80,7 @@ def _setup_cpu(replicas: int) -> list[str]:
         )
     cpu = tf.config.list_physical_devices("CPU")[0]
     current = tf.config.get_logical_device_configuration(cpu) or []
+    _enough_inter_op_threads(replicas)
     if len(current) < replicas:
         try:
             tf.config.set_logical_device_configuration(
@@ -128,7 +145,8 @@ def setup(
     >>> devices = mt.setup(4)            # doctest: +SKIP
     4 logical CPU replicas on 2 physical cores: they show what happens, not GPU speed.
     """
-    gpus = tf.config.list_physical_devices("GPU") if use_gpus else []
+    with native_startup_filtered():  # listing GPUs logs "failed call to cuInit" on a CPU laptop
+        gpus = tf.config.list_physical_devices("GPU") if use_gpus else []
     if replicas is None:
         replicas = len(gpus) if gpus and not split_gpu else DEFAULT_CPU_REPLICAS
     replicas = _check_count(replicas)
@@ -137,7 +155,8 @@ def setup(
         kind = "logical GPU" if split_gpu and len(gpus) == 1 and replicas > 1 else "GPU"
         line = f"{replicas} {kind} replica(s): real GPU devices."
     else:
-        names = _setup_cpu(replicas)
+        with native_startup_filtered():  # the runtime's start prints CPU-feature lines
+            names = _setup_cpu(replicas)
         line = (
             f"{replicas} logical CPU replica(s) on {_physical_cores()} physical core(s): "
             "they show what happens, not GPU speed."

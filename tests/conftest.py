@@ -27,6 +27,6 @@ def devices() -> list[str]:
 
 def run_python(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh Python (a fresh TensorFlow), return its output."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env = dict(os.environ)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=timeout, env=env)

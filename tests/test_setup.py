@@ -86,3 +86,31 @@ def test_setup_before_tensorflow_starts_can_grow_the_count():
     """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "5"
+
+
+def test_tensorflow_startup_lines_are_dropped_and_other_lines_kept():
+    """Known TF start-up log lines vanish from native stderr; any other line still shows."""
+    result = run_python("""
+        import os
+        import mirrortutor as mt
+        from mirrortutor.quiet import native_startup_filtered
+        mt.setup(2)
+        with native_startup_filtered():
+            os.write(2, b"I0000 00:00:1.5 7 port.cc:153] oneDNN custom operations are on. x\\n")
+            os.write(2, b"E0000 00:00:1.5 7 thing.cc:1] a real problem\\n")
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "2 logical CPU replica(s)" in result.stdout
+    assert "a real problem" in result.stderr
+    assert "oneDNN" not in result.stderr and "cuInit" not in result.stderr
+
+
+def test_setup_gives_the_inter_op_pool_a_thread_per_blocking_replica():
+    """Before TF starts, setup(n) sizes the inter-op pool so n blocking collectives fit (≥ 2n)."""
+    result = run_python("""
+        import mirrortutor as mt, tensorflow as tf
+        mt.setup(6, quiet=True)
+        print(tf.config.threading.get_inter_op_parallelism_threads())
+    """)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout.strip()) == 12

@@ -1,0 +1,191 @@
+"""What every instrumented strategy records around ``strategy.run``, in one mixin.
+
+:class:`RecordingStrategy` goes in front of a ``tf.distribute`` strategy class
+(``class MirroredStrategy(RecordingStrategy, tf.distribute.MirroredStrategy)``). It counts steps in
+a host variable, records each replica's shard of the batch and what each replica returned, checks
+after every step that the replicas' copies of the weights agree, and lists the variables created
+in the strategy's scope. The strategy's extended object calls :meth:`_on_variable`; the
+cross-device recorder (:mod:`mirrortutor.crossdevice`) records the all-reduces.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.distribute import values as values_lib
+from tensorflow.python.util import nest
+
+from .capture import Emitter
+from .crossdevice import per_replica_tensors
+from .trace import (OutputRecord, Recording, ShardRecord, SyncRecord, Trace, VariableRecord,
+                    VariableSnapshot, row_hashes)
+
+
+def _warn_out_of_sync(trace: Trace, step: int, name: str, diff: float, aggregation: str) -> None:
+    """A MirroredVariable whose copies differ is no longer mirrored: say so, once per variable."""
+    message = (
+        f"After step {step} the replicas' copies of {name!r} differ by up to {diff:g}, but a "
+        "MirroredVariable's copies should be identical. "
+        + ("Its aggregation is NONE, so when replicas assign different values each writes only "
+           "its own copy. Create it with aggregation=MEAN, SUM or ONLY_FIRST_REPLICA."
+           if aggregation == "NONE" else
+           "Something wrote to one replica's copy directly; write the variable itself instead.")
+    )
+    if not any(f"copies of {name!r}" in w for w in trace.warnings):
+        warnings.warn(message, stacklevel=2)
+    if len(trace.warnings) < 100:
+        trace.warnings.append(message)
+
+
+class RecordingStrategy:
+    """Mixin: recording around ``run`` for a ``tf.distribute`` strategy (see the module doc)."""
+
+    def _begin_recording(self, recording: Recording | None) -> None:
+        """Before the extended object exists: the trace that variable creation writes to."""
+        self.trace = Trace(recording)
+        self._in_run = False
+        self._variables: list = []  # the distributed variables, for snapshots and the sync check
+
+    def _attach_step_counter(self, host: str) -> None:
+        """After TF's __init__: the step counter on the host CPU, and the callbacks' emitter."""
+        with tf.device(host):
+            self._step_counter = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                             name="mirrortutor_step")
+        policy = self.trace.recording
+        self.trace._steps_run = lambda: int(self._step_counter.numpy())
+        self._emitter = Emitter(
+            host, policy.keeps,
+            lambda s: tf.logical_or(s < policy.first_steps,
+                                    tf.equal(tf.math.floormod(s, policy.every), 0)))
+
+    # ---- steps ---------------------------------------------------------------------------------
+    def _current_step(self):
+        """The step being run: a Python int eagerly, a tensor inside a graph."""
+        if tf.executing_eagerly():
+            return int(self._step_counter.numpy()) - 1
+        return self._step_counter.read_value() - 1
+
+    @tf.autograph.experimental.do_not_convert  # TF's own run is not converted either
+    def run(self, fn, args=(), kwargs=None, options=None):
+        """``tf.distribute.Strategy.run``, recording shards, outputs and the sync check."""
+        if self._in_run:  # nested run: TF handles it; record only the outer one
+            return super().run(fn, args=args, kwargs=kwargs, options=options)
+        self._step_counter.assign_add(1)
+        step = self._current_step()
+        self._record_shards(step, args, kwargs)
+        self._in_run = True
+        try:
+            result = super().run(fn, args=args, kwargs=kwargs, options=options)
+        finally:
+            self._in_run = False
+        self._record_outputs(step, result)
+        self._record_sync(step)
+        return result
+
+    # ---- 1. variables ------------------------------------------------------------------------
+    def _on_variable(self, var) -> None:
+        components = list(var.values)
+        policy = self.trace.recording
+        size = int(np.prod(var.shape)) if var.shape.is_fully_defined() else None
+        initial = None
+        if tf.executing_eagerly() and size is not None and policy.keeps_values(size):
+            initial = [c.numpy() for c in components]
+        self._variables.append(var)
+        self.trace.variables.append(VariableRecord(
+            name=var.name.split(":")[0], kind=type(var).__name__,
+            shape=tuple(var.shape.as_list()), dtype=var.dtype.name,
+            synchronization=var.synchronization.name, aggregation=var.aggregation.name,
+            trainable=bool(var.trainable), devices=[c.device for c in components],
+            initial_values=initial))
+
+    def snapshot(self, label: str = "") -> list[VariableSnapshot]:
+        """Record every replica's copy of every variable now (call it outside ``tf.function``)."""
+        step = int(self._step_counter.numpy()) - 1
+        shots = [VariableSnapshot(label, step, var.name.split(":")[0],
+                                  [c.numpy() for c in var.values]) for var in self._variables]
+        self.trace.snapshots.extend(shots)
+        return shots
+
+    # ---- 2. shards, outputs and the sync check ----------------------------------------------
+    def _record_shards(self, step, args, kwargs) -> None:
+        leaves = [x for x in nest.flatten((args, kwargs or {}))
+                  if isinstance(x, values_lib.DistributedValues)]
+        if not leaves:
+            return
+        first = leaves[0]
+        per_replica = list(first.values)
+        has_index = per_replica[0].dtype.is_integer and per_replica[0].shape.rank == 1
+        devices = list(self.extended.worker_devices)
+        trace = self.trace
+
+        def record(step, *arrays):
+            slot = trace._step(step)
+            for r, a in enumerate(arrays):
+                slot.shards.append(ShardRecord(
+                    step=step, replica_id=r, device=devices[r], batch_size=int(np.shape(a)[0]),
+                    example_ids=np.array(a, dtype=np.int64) if has_index else None,
+                    row_hashes=None if has_index else row_hashes(np.asarray(a))))
+
+        self._emitter.emit(step, per_replica, record)
+
+    def _record_outputs(self, step, result) -> None:
+        if result is None:
+            return
+        if isinstance(result, dict):
+            items = [(str(k), v) for k, v in result.items()]
+        else:
+            flat = nest.flatten(result)
+            items = [("output" if len(flat) == 1 else f"output {i}", v) for i, v in enumerate(flat)]
+        items = [(k, v) for k, v in items if isinstance(v, (values_lib.DistributedValues, tf.Tensor))]
+        if not items:
+            return
+        tensors = [per_replica_tensors(v) for _, v in items]
+        counts = [len(t) for t in tensors]
+        trace = self.trace
+
+        def record(step, *arrays):
+            it = iter(arrays)
+            slot = trace._step(step)
+            for (name, _), k in zip(items, counts):
+                slot.outputs.append(OutputRecord(step, name, [np.array(next(it)) for _ in range(k)]))
+
+        self._emitter.emit(step, [t for ts in tensors for t in ts], record)
+
+    def _record_sync(self, step) -> None:
+        mirrored = [v for v in self._variables
+                    if v.synchronization != tf.VariableSynchronization.ON_READ and v.trainable]
+        if not mirrored:
+            return
+        trace = self.trace
+        policy = trace.recording
+        keep = [policy.keeps_values(int(np.prod(v.shape))) for v in mirrored]
+        names = [v.name.split(":")[0] for v in mirrored]
+        counts = [len(v.values) if k else 0 for v, k in zip(mirrored, keep)]
+
+        def tensors():
+            diffs = []
+            values = []
+            for v, k in zip(mirrored, keep):
+                comps = [c.read_value() for c in v.values]
+                diff = tf.constant(0.0, tf.float64)
+                for c in comps[1:]:
+                    diff = tf.maximum(diff, tf.cast(tf.reduce_max(tf.abs(c - comps[0])), tf.float64))
+                diffs.append(diff)
+                if k:
+                    values.extend(comps)
+            return [tf.stack(diffs), *values]
+
+        aggregations = [v.aggregation.name for v in mirrored]
+
+        def record(step, diffs, *arrays):
+            it = iter(arrays)
+            slot = trace._step(step)
+            for name, d, k, agg in zip(names, diffs, counts, aggregations):
+                vals = [np.array(next(it)) for _ in range(k)] if k else None
+                slot.sync.append(SyncRecord(step, name, float(d), vals))
+                if d > 0:
+                    _warn_out_of_sync(trace, step, name, float(d), agg)
+
+        self._emitter.emit(step, tensors, record)
