@@ -1,0 +1,305 @@
+"""Grade a folder of exercise submissions with nbval, or make the student version of exercises.
+
+    python -m mirrortutor.grade SUBMISSIONS/ --key exercises/03_gradients_allreduce.ipynb
+    python -m mirrortutor.grade release exercises/ --out handout/
+
+Grading one submission (all of them, one after another, or ``--jobs`` at a time):
+
+1. :func:`mirrortutor.exercises.assemble` puts the key's check cells back in place of whatever the
+   student left there, and clears the student's outputs;
+2. ``pytest --nbval`` runs that notebook in a fresh kernel, in a fresh temporary folder, with a
+   per-cell timeout and the sanitizer below; nbval compares each check cell's output with the
+   key's stored output (student cells are unrun in the reference, so nbval compares nothing there);
+3. a small pytest plugin (written next to the notebook as ``conftest.py``) logs every cell's
+   outcome and printed text, line by line, so even a run that has to be killed leaves its results;
+4. each question gets full points if all its check cells passed, else 0 and the reason: the
+   check's own verdict, the error it raised and the student cell that caused it, a timeout, or a
+   kernel that died. A broken submission never stops the grader; the others are still graded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+
+from .errors import MirrortutorError
+from .exercises import assemble, check_cells, release_folder
+from .gradebook import Gradebook, QuestionResult
+
+__all__ = ["SANITIZE", "find_submissions", "grade", "main"]
+
+# nbval's sanitizer for grading: the patterns of the repo's tests/nbval_sanitize.cfg (a test keeps
+# them in step), shipped here so that grading works outside the repository too.
+SANITIZE = r"""
+[memory addresses]
+regex: 0x[0-9a-fA-F]{6,16}
+replace: 0xADDRESS
+
+[ports on the loopback]
+regex: (localhost|127\.0\.0\.1|\[::1\]):\d{2,5}
+replace: \1:PORT
+
+[keras step timings]
+regex: \d+(\.\d+)?m?s/step
+replace: TIME/step
+
+[keras epoch timings]
+regex: \b\d+s \d+m?s/step
+replace: TIME
+
+[seconds printed by mirrortutor]
+regex: \d+(\.\d+)? ?(s|ms|µs) elapsed
+replace: TIME elapsed
+
+[where the package is installed, in warning lines]
+regex: \S*/([\w.]+\.py):\d+:
+replace: \1:LINE:
+"""
+
+# The plugin pytest loads from the grading folder (no mirrortutor import: pytest stays light).
+PLUGIN = '''"""Written by mirrortutor.grade: one JSON line per notebook cell, as soon as it ran."""
+import json
+import os
+
+import pytest
+
+
+def _text(outputs):
+    parts = []
+    for o in outputs or []:
+        if o.get("output_type") == "stream":
+            parts.append(o.get("text", ""))
+        elif o.get("output_type") != "error":
+            parts.append(o.get("data", {}).get("text/plain", "") + "\\n")
+    return "".join(parts)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if call.when != "call" and not report.failed:
+        return
+    outputs = getattr(item, "test_outputs", None) or []
+    errors = [o for o in outputs if o.get("output_type") == "error"]
+    record = {"cell": getattr(item, "cell_num", None), "outcome": report.outcome,
+              "message": str(call.excinfo.value)[:500] if call.excinfo else "",
+              "error": f"{errors[0].get('ename')}: {errors[0].get('evalue')}" if errors else "",
+              "text": _text(outputs)}
+    with open(os.environ["MIRRORTUTOR_GRADE_LOG"], "a", encoding="utf-8") as log:
+        log.write(json.dumps(record) + "\\n")
+'''
+
+
+def find_submissions(folder: str | Path, exclude: Path | None = None) -> dict[str, Path]:
+    """``{student: notebook}``: ``alice.ipynb`` is alice; a folder with one notebook is its name."""
+    folder = Path(folder)
+    if folder.is_file():
+        return {folder.stem: folder}
+    paths = [p for p in sorted(folder.rglob("*.ipynb")) if ".ipynb_checkpoints" not in p.parts
+             and (exclude is None or p.resolve() != exclude.resolve())]
+    per_folder: dict[Path, int] = {}
+    for p in paths:
+        per_folder[p.parent] = per_folder.get(p.parent, 0) + 1
+    found = {}
+    for p in paths:
+        rel = p.relative_to(folder)
+        alone = p.parent != folder and per_folder[p.parent] == 1
+        found[rel.parent.as_posix() if alone else rel.with_suffix("").as_posix()] = p
+    return found
+
+
+def grade(submissions: str | Path | dict[str, Path], key: str | Path, *, out: str | Path | None = None,
+          cell_timeout: float = 60, timeout: float = 600, jobs: int = 1,
+          keep: str | Path | None = None) -> Gradebook:
+    """Grade every submission against ``key``; write the tables to ``out`` if given.
+
+    ``cell_timeout``: seconds one cell may run before it is interrupted (nbval's own timeout).
+    ``timeout``: seconds a whole submission may take before its kernel is killed.
+    ``keep``: a folder to keep each graded notebook and pytest's log in, to see what happened.
+    """
+    key = Path(key)
+    key_nb = nbformat.read(key, as_version=4)
+    checks = check_cells(key_nb)
+    if not isinstance(submissions, dict):
+        submissions = find_submissions(submissions, exclude=key)
+    questions = list(dict.fromkeys((c.question, c.points) for c in checks))
+    book = Gradebook(key.name, questions)
+
+    def one(item):
+        name, path = item
+        return _grade_one(name, Path(path), key_nb, questions, cell_timeout, timeout,
+                          Path(keep) / name if keep else None)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for rows in pool.map(one, sorted(submissions.items())):
+            book.results += rows
+    if out is not None:
+        book.write(out)
+    return book
+
+
+def _grade_one(name, path, key_nb, questions, cell_timeout, timeout, keep) -> list[QuestionResult]:
+    def everyone(reason):
+        return [QuestionResult(name, q, 0, p, reason) for q, p in questions]
+
+    try:
+        submission = nbformat.read(path, as_version=4)
+        assembly = assemble(submission, key_nb)
+    except Exception as exc:  # a broken file is the student's problem, never the grader's crash
+        return everyone(f"the submission could not be read as a notebook ({type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:200]}); nothing was run.")
+    try:
+        with tempfile.TemporaryDirectory(prefix="mt-grade-") as tmp:
+            work = Path(keep) if keep else Path(tmp)
+            work.mkdir(parents=True, exist_ok=True)
+            records, stopped = _run_nbval(assembly.notebook, work, cell_timeout, timeout)
+    except Exception as exc:  # the grader's own trouble (disk full, say): this one only
+        return everyone(f"the grader could not run this submission ({type(exc).__name__}: {exc}).")
+    by_question: dict[str, list[str]] = {}
+    for cell, question in assembly.check_code_cells.items():
+        reason = _reason(records.get(cell), records, assembly, cell, cell_timeout, timeout, stopped)
+        by_question.setdefault(question, []).append(reason)
+    unmatched = "" if assembly.matched else (" (none of the key's cells were found in this "
+                                             "notebook: is it a submission for another exercise?)")
+    rows = []
+    for q, points in questions:
+        failed = [r for r in by_question.get(q, []) if r]
+        rows.append(QuestionResult(name, q, 0 if failed else points, points,
+                                   failed[0] + unmatched if failed else ""))
+    return rows
+
+
+def _run_nbval(notebook, work: Path, cell_timeout: float, timeout: float) -> tuple[dict, bool]:
+    """Run nbval on ``notebook`` in ``work``; return ``({code cell: record}, was it killed)``."""
+    nbformat.write(notebook, work / "graded.ipynb")
+    (work / "sanitize.cfg").write_text(SANITIZE, encoding="utf-8")
+    (work / "conftest.py").write_text(PLUGIN, encoding="utf-8")
+    (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    log = work / "cells.jsonl"
+    log.unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(MIRRORTUTOR_GRADE_LOG=str(log), PYTHONHASHSEED="0", TF_CPP_MIN_LOG_LEVEL="3")
+    cmd = [sys.executable, "-m", "pytest", "graded.ipynb", "-c", "pytest.ini", "--rootdir", ".",
+           "-p", "no:cacheprovider", "-q", "--nbval", "--nbval-current-env",
+           "--nbval-sanitize-with", "sanitize.cfg", f"--nbval-cell-timeout={cell_timeout:g}"]
+    stopped = False
+    with open(work / "pytest.log", "w", encoding="utf-8") as out:
+        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stopped = True
+            _kill_tree(proc)
+    records = {}
+    if log.exists():
+        for line in log.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            records.setdefault(rec["cell"], rec)  # the first failure (setup or call) says most
+    return records, stopped
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """Kill pytest and the kernel it started (the kernel runs in a session of its own)."""
+    try:
+        import psutil  # installed with ipykernel
+
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except Exception:  # already gone, or no psutil: the kernel notices its parent died
+        children = []
+    for p in [*children]:
+        try:
+            p.kill()
+        except Exception:
+            pass
+    proc.kill()
+    proc.wait()
+
+
+def _reason(rec, records, assembly, cell, cell_timeout, timeout, stopped) -> str:
+    """Why a check cell failed, in plain words ("" if it passed)."""
+    if rec is None:
+        if stopped:
+            return (f"not graded: the notebook was stopped after {timeout:g} s in total, before this "
+                    "check ran (an endless loop that could not be interrupted?).")
+        return "the check did not run: the grading run ended before it (see pytest.log with --keep)."
+    if rec["outcome"] == "passed":
+        return ""
+    message = rec["message"]
+    if message.startswith("Timeout of") and "waiting for output" not in message:
+        return (f"the check did not finish within {cell_timeout:g} s and was stopped (an endless "
+                "loop in the code it calls?).")
+    if "Kernel dead" in message or "waiting for output" in message or rec["error"]:
+        what = (f"the check raised {rec['error']}" if rec["error"] and "Kernel dead" not in message
+                else "the kernel running the notebook had died before this check")
+        return what + _context(records, assembly, cell, cell_timeout) + "."
+    text = " ".join(rec["text"].split())
+    question = assembly.check_code_cells[cell]
+    for prefix in (f"{question} ✘ not yet: ", f"{question} "):
+        text = text[len(prefix):] if text.startswith(prefix) else text
+    return text or "the check printed nothing, where the key's solution printed a verdict."
+
+
+def _context(records, assembly, cell, cell_timeout) -> str:
+    """The last student cell before ``cell`` that failed: usually why the check could not work."""
+    for n in sorted((n for n in assembly.student_code_cells if n < cell), reverse=True):
+        rec = records.get(n)
+        if rec and rec["outcome"] != "passed":
+            where = f"; before it, the cell `{assembly.student_code_cells[n]}`"
+            if "Failed to interrupt" in rec["message"] or "waiting for output" in rec["message"]:
+                return f"{where} stopped the kernel (it died, or ignored the interrupt)"
+            if rec["message"].startswith("Timeout of"):
+                return f"{where} did not finish within {cell_timeout:g} s and was stopped"
+            if rec["error"]:
+                return f"{where} raised {rec['error']}"
+            return f"{where} stopped the kernel"
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (see the module docstring)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["release"]:
+        parser = argparse.ArgumentParser(prog="python -m mirrortutor.grade release",
+                                         description="Make student versions of instructor notebooks.")
+        parser.add_argument("source", help="an instructor notebook, or a folder of them")
+        parser.add_argument("--out", required=True, help="folder for the student versions")
+        args = parser.parse_args(argv[1:])
+        try:
+            written = release_folder(args.source, args.out)
+        except (MirrortutorError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        for path in written:
+            print(f"wrote {path}")
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m mirrortutor.grade",
+                                     description="Grade exercise submissions with nbval.")
+    parser.add_argument("submissions", help="a folder of submitted notebooks (or one notebook)")
+    parser.add_argument("--key", required=True, help="the instructor notebook, with its outputs")
+    parser.add_argument("--out", default="grades", help="folder for grades.csv, details.csv, summary.txt")
+    parser.add_argument("--cell-timeout", type=float, default=60, help="seconds per cell (default 60)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per submission (default 600)")
+    parser.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
+    parser.add_argument("--keep", help="keep each graded notebook and pytest log in this folder")
+    args = parser.parse_args(argv)
+    try:
+        book = grade(args.submissions, args.key, out=args.out, cell_timeout=args.cell_timeout,
+                     timeout=args.timeout, jobs=args.jobs, keep=args.keep)
+    except (MirrortutorError, OSError) as exc:  # a bad key or path: say so, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(book.summary(), end="")
+    print(f"Wrote {args.out}/grades.csv, details.csv and summary.txt.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
