@@ -18,22 +18,28 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 13) else 1)' \
 	  || { echo "mirrortutor needs Python 3.10 to 3.13 (TensorFlow 2.21's range); '$(PYTHON)' is $$($(PYTHON) --version 2>&1). Run: make PYTHON=python3.11 ..."; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --disable-pip-version-check -q -e .
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e ".[test]"
 	@touch $(STAMP)
 
+# Root (a container, a VM) must say --allow-root; LAB_ARGS passes anything else (--no-browser, --port).
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+LAB_ARGS ?=
+
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/00_welcome.ipynb
+	$(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=. $(LAB_ARGS) notebooks/00_welcome.ipynb
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests notebooks $(NBVAL)
+	@bash scripts/ensure_chromium.sh
+	$(BIN)/python -m pytest -q tests notebooks exercises $(NBVAL)
 
 # Re-run every notebook and store its outputs as nbval's reference (after changing a chapter).
 notebooks: $(STAMP)
-	$(BIN)/python scripts/refresh_notebooks.py notebooks/*.ipynb
+	$(BIN)/python scripts/refresh_notebooks.py notebooks/*.ipynb exercises/*.ipynb
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/instrumentation_overhead.py
 	$(BIN)/python benchmarks/allreduce_table.py
+	$(BIN)/python benchmarks/scaling_panel.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -80,3 +80,15 @@ class WorkerIndexError(MirrortutorError, ValueError):
 
 class ExposedPortWarning(UserWarning):
     """Some of a cluster's gRPC ports listen on every network interface of this machine."""
+
+
+class UnknownQuestionError(MirrortutorError, ValueError):
+    """An exercise question id that ``mt.check`` does not know (see ``mirrortutor.questions``)."""
+
+
+class ExerciseFormatError(MirrortutorError, ValueError):
+    """An exercise or key notebook the release and grading tools cannot use as it is."""
+
+
+class JobConfigError(MirrortutorError, ValueError):
+    """A multi-worker training job asked for with settings its workers cannot run."""

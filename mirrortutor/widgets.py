@@ -123,7 +123,11 @@ class ScalingLab:
         def on_epoch(record):
             self.progress.value = record.epoch
 
-        result = experiments.run_scaling(config, devices=self.devices, on_epoch=on_epoch)
+        def on_update(partial):  # redraw the loss chart after every epoch: live feedback
+            self._redraw(self.loss_chart, loss_chart(self.results + [partial]))
+
+        result = experiments.run_scaling(config, devices=self.devices, on_epoch=on_epoch,
+                                         on_update=on_update)
         self.add(result)
         return result
 
@@ -146,17 +150,21 @@ class ScalingLab:
         self.results.append(result)
         for widget, build in ((self.loss_chart, loss_chart), (self.time_chart, time_chart),
                               (self.scaling_chart, scaling_chart)):
-            fig = build(self.results)
-            with widget.batch_update():
-                widget.data = []
-                widget.add_traces(list(fig.data))
-                widget.update_layout(fig.layout)
+            self._redraw(widget, build(self.results))
         t = result.timing
         self.settings.value = (
             f"Last run: global batch <b>{result.global_batch}</b> = {result.config.per_replica_batch} "
             f"per replica × {result.config.replicas}; learning rate <b>{result.peak_learning_rate:g}</b> "
             f"({result.config.lr_rule}); {result.num_parameters:,} parameters; step "
             f"{t.total_s * 1e3:.1f} ms here.")
+
+
+    @staticmethod
+    def _redraw(widget: go.FigureWidget, fig: go.Figure) -> None:
+        with widget.batch_update():
+            widget.data = []
+            widget.add_traces(list(fig.data))
+            widget.update_layout(fig.layout)
 
 
 def loss_chart(results: list[experiments.ScalingResult]) -> go.Figure:
@@ -176,7 +184,7 @@ def loss_chart(results: list[experiments.ScalingResult]) -> go.Figure:
     fig.update_xaxes(title_text="epoch", row=1, col=1)
     fig.update_xaxes(title_text="examples seen", row=1, col=2)
     fig.update_xaxes(title_text="epoch", row=1, col=3)
-    fig.update_layout(height=340, template="plotly_white", margin=dict(t=50, b=40),
+    fig.update_layout(height=340, width=1100, template="plotly_white", margin=dict(t=50, b=40),
                       legend=dict(orientation="h", y=-0.25))
     return fig
 
@@ -197,7 +205,7 @@ def time_chart(results: list[experiments.ScalingResult]) -> go.Figure:
               for r in results]
         fig.add_trace(go.Bar(name=part, x=labels, y=ys, marker_color=colour))
     kind = results[-1].device_kind if results else "logical CPU"
-    fig.update_layout(title="Where a step's time goes (ms)", barmode="stack", height=400,
+    fig.update_layout(title="Where a step's time goes (ms)", barmode="stack", height=400, width=550,
                       template="plotly_white", margin=dict(b=130),
                       annotations=[_note(measured_note(kind))])
     return fig
@@ -215,7 +223,7 @@ def scaling_chart(results: list[experiments.ScalingResult]) -> go.Figure:
                              line=dict(dash="dash"), name=f"modelled: GPUs over {link}"))
     kind = runs[-1].device_kind if runs else "logical CPU"
     fig.update_layout(
-        title="Throughput (examples/s) by replicas", height=400, template="plotly_white",
+        title="Throughput (examples/s) by replicas", height=400, width=550, template="plotly_white",
         margin=dict(b=130), yaxis=dict(type="log", title="examples / s"),
         xaxis=dict(title="replicas", dtick=1),
         annotations=[_note(measured_note(kind) + "<br>modelled: each GPU computes its shard as one "

@@ -68,3 +68,17 @@ def test_cells_that_raise_are_marked_as_lessons(path):
         raised = any(o.output_type == "error" for o in cell.outputs)
         tagged = "raises-exception" in cell.metadata.get("tags", [])
         assert raised == tagged, cell.source
+
+
+MARKERS = {"NBVAL_IGNORE_OUTPUT", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION", "NBVAL_SKIP"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_nbval_markers_are_spelled_so_nbval_sees_them(path):
+    """An NBVAL_ comment stands alone on its line (nbval ignores one followed by other text)."""
+    nb = nbformat.read(path, as_version=4)
+    for src in _code(nb):
+        for line in src.splitlines():
+            if "NBVAL_" in line:
+                assert line.strip().lstrip("#").strip() in MARKERS, line
+                assert src.splitlines().index(line) == 0 or "NBVAL_SKIP" in line, src

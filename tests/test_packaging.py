@@ -42,5 +42,41 @@ def test_makefile_test_target_runs_package_tests_and_every_notebook():
     """`make test` runs pytest over tests/ and notebooks/ with nbval comparing outputs."""
     makefile = (ROOT / "Makefile").read_text()
     recipe = makefile.split("\ntest:")[1].split("\n\n")[0]
-    assert "pytest" in recipe and "tests notebooks" in recipe and "$(NBVAL)" in recipe
+    assert "pytest" in recipe and "tests notebooks exercises" in recipe and "$(NBVAL)" in recipe
     assert "--nbval " in makefile and "--nbval-lax" not in makefile
+
+
+def test_make_lab_serves_the_course(tmp_path):
+    """`make lab` (the README's first command) starts JupyterLab serving every chapter."""
+    import json
+    import os
+    import secrets
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = secrets.token_hex(8)
+    args = f"--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={port} --IdentityProvider.token={token}"
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path))
+    lab = subprocess.Popen(["make", "-s", "lab", f"LAB_ARGS={args}"], cwd=ROOT, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                url = f"http://127.0.0.1:{port}/api/contents/notebooks?token={token}"  # from the repo
+                listing = json.load(urllib.request.urlopen(url, timeout=5))
+                break
+            except OSError:
+                assert lab.poll() is None and time.monotonic() < deadline, "JupyterLab did not start"
+                time.sleep(0.5)
+        names = sorted(item["name"] for item in listing["content"])
+        assert "00_welcome.ipynb" in names
+        assert names == sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+    finally:
+        os.killpg(lab.pid, 15)
+        lab.wait(30)
