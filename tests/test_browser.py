@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -91,6 +92,7 @@ def test_chapter5_panel_in_a_real_browser(jupyterlab):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            shot = ARTIFACTS / "chapter05_failure.png"  # replaced by the panel's picture on success
             page.goto(url)
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
             expect(page.locator(".jp-Notebook-ExecutionIndicator, #jp-main-statusbar")
@@ -102,8 +104,11 @@ def test_chapter5_panel_in_a_real_browser(jupyterlab):
             # The panel appears when the last cell has run (every chapter cell before it too).
             slider = page.locator(".widget-slider", has_text="replicas").first
             slider.wait_for(timeout=600_000)
-            assert not page.locator(".jp-OutputArea-output[data-mime-type="
-                                    "'application/vnd.jupyter.stderr'] >> text=Traceback").count()
+            tracebacks = page.locator(".jp-OutputArea-output[data-mime-type="
+                                      "'application/vnd.jupyter.stderr']", has_text="Traceback")
+            # the one error is the lesson: the cell that builds a model outside the scope
+            texts = tracebacks.all_inner_texts()
+            assert len(texts) == 1 and "OutsideScopeError" in texts[0], texts
             before = _trace_count(page)
 
             readout = slider.locator(".widget-readout")
@@ -111,7 +116,8 @@ def test_chapter5_panel_in_a_real_browser(jupyterlab):
             page.keyboard.press("Control+A")
             page.keyboard.type("2")
             page.keyboard.press("Enter")
-            page.get_by_role("button", name="Run", exact=True).click()
+            page.locator("button.jupyter-button").filter(
+                has_text=re.compile(r"^\s*Run\s*$")).click()
 
             settings = page.locator(".widget-html", has_text="Last run")
             expect(settings).to_contain_text("16 per replica × 2", timeout=300_000)
@@ -120,8 +126,10 @@ def test_chapter5_panel_in_a_real_browser(jupyterlab):
                 ".js-plotly-plot')[0].querySelectorAll('g.trace').length > n", arg=before,
                 timeout=60_000)
             after = _trace_count(page)
-            page.locator(".widget-vbox").last.scroll_into_view_if_needed()
-            page.screenshot(path=str(ARTIFACTS / "chapter05_panel.png"), full_page=False)
+            page.locator(".jp-OutputArea-output .widget-vbox .js-plotly-plot").first \
+                .scroll_into_view_if_needed()
+            shot = ARTIFACTS / "chapter05_panel.png"
         finally:
+            page.screenshot(path=str(shot), full_page=False)
             browser.close()
     assert after == before + 3  # loss by epoch, loss by examples, test accuracy: one line each
