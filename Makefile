@@ -9,7 +9,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # nbval: compare every stored output, after hiding only what is truly random (see the .cfg file)
-NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with mirrortutor/nbval_sanitize.cfg \
           --nbval-cell-timeout=900
 
 .PHONY: lab test notebooks bench clean

@@ -36,33 +36,9 @@ from .gradebook import Gradebook, QuestionResult
 
 __all__ = ["SANITIZE", "find_submissions", "grade", "main"]
 
-# nbval's sanitizer for grading: the patterns of the repo's tests/nbval_sanitize.cfg (a test keeps
-# them in step), shipped here so that grading works outside the repository too.
-SANITIZE = r"""
-[memory addresses]
-regex: 0x[0-9a-fA-F]{6,16}
-replace: 0xADDRESS
-
-[ports on the loopback]
-regex: (localhost|127\.0\.0\.1|\[::1\]):\d{2,5}
-replace: \1:PORT
-
-[keras step timings]
-regex: \d+(\.\d+)?m?s/step
-replace: TIME/step
-
-[keras epoch timings]
-regex: \b\d+s \d+m?s/step
-replace: TIME
-
-[seconds printed by mirrortutor]
-regex: \d+(\.\d+)? ?(s|ms|µs) elapsed
-replace: TIME elapsed
-
-[where the package is installed, in warning lines]
-regex: \S*/([\w.]+\.py):\d+:
-replace: \1:LINE:
-"""
+# nbval's sanitizer: the same file `make test` uses, shipped in the package so that grading works
+# outside the repository too.
+SANITIZE = (Path(__file__).with_name("nbval_sanitize.cfg")).read_text(encoding="utf-8")
 
 # The plugin pytest loads from the grading folder (no mirrortutor import: pytest stays light).
 PLUGIN = '''"""Written by mirrortutor.grade: one JSON line per notebook cell, as soon as it ran."""
