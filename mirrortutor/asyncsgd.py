@@ -138,6 +138,24 @@ def _sleep(seconds):
     return ds.reduce(tf.constant(0, tf.int64), lambda a, b: a + b)
 
 
+def checked_stragglers(stragglers, count: int, unit: str, owner: str) -> list:
+    """Stragglers as a list (a ``{index: factor}`` dict is accepted), each checked against the
+    ``count`` workers (or replicas: ``unit``) that ``owner`` has."""
+    if isinstance(stragglers, dict):
+        stragglers = [Straggler(w, f) for w, f in stragglers.items()]
+    for s in stragglers:
+        if isinstance(s.worker, bool) or not isinstance(s.worker, int) or \
+                not 0 <= s.worker < count:
+            raise WorkerIndexError(
+                f"A straggler was asked for on {unit} {s.worker!r}, but {owner} has {unit}s 0 "
+                f"to {count - 1}. Pick one of those, e.g. Straggler(worker=1, factor=3).")
+        if not (s.factor >= 1.0 and s.delay >= 0.0 and np.isfinite(s.factor + s.delay)):
+            raise InvalidQuantityError(
+                f"A straggler needs factor >= 1 and delay >= 0 seconds, but got "
+                f"factor={s.factor}, delay={s.delay} for {unit} {s.worker}.")
+    return list(stragglers)
+
+
 class AsyncSGD:
     """Asynchronous SGD of a Keras model on a running :class:`~mirrortutor.LocalCluster`.
 
@@ -149,20 +167,8 @@ class AsyncSGD:
     def __init__(self, cluster, model_fn, *, learning_rate: float = 0.1,
                  staleness_aware: bool = False, stragglers=(), loss_fn=None,
                  max_updates: int = 100_000):
-        if isinstance(stragglers, dict):
-            stragglers = [Straggler(w, f) for w, f in stragglers.items()]
         workers = cluster.num_workers
-        for s in stragglers:
-            if isinstance(s.worker, bool) or not isinstance(s.worker, int) or \
-                    not 0 <= s.worker < workers:
-                raise WorkerIndexError(
-                    f"A straggler was asked for on worker {s.worker!r}, but this cluster has "
-                    f"workers 0 to {workers - 1}. Pick one of those, e.g. Straggler(worker=1, "
-                    f"factor=3).")
-            if not (s.factor >= 1.0 and s.delay >= 0.0 and np.isfinite(s.factor + s.delay)):
-                raise InvalidQuantityError(
-                    f"A straggler needs factor >= 1 and delay >= 0 seconds, but got "
-                    f"factor={s.factor}, delay={s.delay} for worker {s.worker}.")
+        stragglers = checked_stragglers(stragglers, workers, "worker", "this cluster")
         if not learning_rate > 0:
             raise InvalidQuantityError(f"learning_rate must be positive, got {learning_rate}.")
         if cluster.strategy is None:

@@ -30,8 +30,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .asyncsgd import Straggler, _sleep
-from .errors import InvalidQuantityError, WorkerIndexError
+from .asyncsgd import _sleep, checked_stragglers
+from .errors import InvalidQuantityError
 
 
 @dataclass
@@ -80,19 +80,7 @@ class SyncSGD:
     def __init__(self, strategy, model_fn, *, learning_rate: float = 0.1, stragglers=(),
                  loss_fn=None):
         replicas = strategy.num_replicas_in_sync
-        if isinstance(stragglers, dict):
-            stragglers = [Straggler(r, f) for r, f in stragglers.items()]
-        for s in stragglers:
-            if isinstance(s.worker, bool) or not isinstance(s.worker, int) or \
-                    not 0 <= s.worker < replicas:
-                raise WorkerIndexError(
-                    f"A straggler was asked for on replica {s.worker!r}, but this strategy has "
-                    f"replicas 0 to {replicas - 1}. Pick one of those, e.g. Straggler(worker=1, "
-                    f"factor=3).")
-            if not (s.factor >= 1.0 and s.delay >= 0.0 and np.isfinite(s.factor + s.delay)):
-                raise InvalidQuantityError(
-                    f"A straggler needs factor >= 1 and delay >= 0 seconds, but got "
-                    f"factor={s.factor}, delay={s.delay} for replica {s.worker}.")
+        stragglers = checked_stragglers(stragglers, replicas, "replica", "this strategy")
         if not learning_rate > 0:
             raise InvalidQuantityError(f"learning_rate must be positive, got {learning_rate}.")
         self.strategy, self.replicas = strategy, replicas
