@@ -48,6 +48,12 @@ class Emitter:
         self.host_device = host_device  # where the callbacks run: the host CPU
         self.keeps = keeps  # step (int) -> record it?  (eager)
         self.keeps_tensor = keeps_tensor  # step (tensor) -> bool tensor  (graphs)
+        self._last_keep = (None, None)  # (step tensor, its predicate): built once per step
+
+    def _keep(self, step):
+        if self._last_keep[0] is not step:
+            self._last_keep = (step, self.keeps_tensor(step))
+        return self._last_keep[1]
 
     def emit(self, step, tensors: Sequence, callback: Callback, *, always: bool = False) -> None:
         """Call ``callback(step, *numpy_values)`` for this step, now or when the graph runs.
@@ -77,7 +83,7 @@ class Emitter:
         if always:
             record()
         else:
-            tf.cond(self.keeps_tensor(step), record, lambda: tf.constant(0, tf.int64))
+            tf.cond(self._keep(step), record, lambda: tf.constant(0, tf.int64))
 
 
 def _safely(callback: Callback, step: int, values) -> None:

@@ -46,6 +46,7 @@ class RecordingStrategy:
         """Before the extended object exists: the trace that variable creation writes to."""
         self.trace = Trace(recording)
         self._in_run = False
+        self._run_step = None  # inside a graph's run: the step tensor every record shares
         self._variables: list = []  # the distributed variables, for snapshots and the sync check
 
     def _attach_step_counter(self, host: str) -> None:
@@ -65,6 +66,8 @@ class RecordingStrategy:
         """The step being run: a Python int eagerly, a tensor inside a graph."""
         if tf.executing_eagerly():
             return int(self._step_counter.numpy()) - 1
+        if self._in_run and self._run_step is not None:  # inside run: the step already read
+            return self._run_step
         return self._step_counter.read_value() - 1
 
     @tf.autograph.experimental.do_not_convert  # TF's own run is not converted either
@@ -76,10 +79,12 @@ class RecordingStrategy:
         step = self._current_step()
         self._record_shards(step, args, kwargs)
         self._in_run = True
+        self._run_step = None if tf.executing_eagerly() else step  # one read per step, shared
         try:
             result = super().run(fn, args=args, kwargs=kwargs, options=options)
         finally:
             self._in_run = False
+            self._run_step = None
         self._record_outputs(step, result)
         self._record_sync(step)
         return result
