@@ -48,12 +48,13 @@ class Emitter:
         self.host_device = host_device  # where the callbacks run: the host CPU
         self.keeps = keeps  # step (int) -> record it?  (eager)
         self.keeps_tensor = keeps_tensor  # step (tensor) -> bool tensor  (graphs)
-        self._last_keep = (None, None)  # (step tensor, its predicate): built once per step
+        self._last_keep = (None, None, None)  # (step, graph, predicate): built once per step
 
     def _keep(self, step):
-        if self._last_keep[0] is not step:
-            self._last_keep = (step, self.keeps_tensor(step))
-        return self._last_keep[1]
+        graph = ops.get_default_graph()  # a cond or loop body is a graph of its own: its own copy
+        if self._last_keep[0] is not step or self._last_keep[1] is not graph:
+            self._last_keep = (step, graph, self.keeps_tensor(step))
+        return self._last_keep[2]
 
     def emit(self, step, tensors: Sequence, callback: Callback, *, always: bool = False) -> None:
         """Call ``callback(step, *numpy_values)`` for this step, now or when the graph runs.

@@ -296,3 +296,23 @@ def test_hierarchical_copy_with_odd_replicas_is_flagged(devices):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         mt.MirroredStrategy(devices[:4], cross_device_ops=tf.distribute.HierarchicalCopyAllReduce())
+
+
+def test_recording_runs_inside_a_graph_loop(devices):
+    """Several strategy.run calls inside one tf.function loop (as steps_per_execution does)."""
+    s = mt.MirroredStrategy(devices[:2])
+    batches = iter(s.experimental_distribute_dataset(mt.data.digits().take(64).to_tf(16)))
+
+    @tf.function
+    def several_steps(iterator):
+        total = tf.constant(0.0)
+        for _ in tf.range(3):
+            per_replica = s.run(lambda i, x, y: tf.reduce_sum(x), args=next(iterator))
+            total += s.reduce("SUM", per_replica, axis=None)
+        return total
+
+    several_steps(batches)
+    assert s.trace.steps_run == 3
+    assert [len(s.trace.shards(k)) for k in range(3)] == [2, 2, 2]
+    ids = np.concatenate([np.concatenate(list(s.trace.example_ids(k).values())) for k in range(3)])
+    assert ids.tolist() == list(range(48))
