@@ -6,19 +6,43 @@ callback. It only *reads*: no value the training computes depends on it, so ever
 bit-identical. A ``tf.cond`` on the step counter keeps the callback (and the copies to the host it
 needs) to the sampled steps. Under XLA (``jit_compile=True``), where Python callbacks cannot be
 compiled, nothing is recorded and a warning says so.
+
+What a gate costs on the steps it skips depends on how it is built. ``tf.cond`` is normally
+"lowered" to ``Switch``/``Merge`` ops: one ``Switch`` per tensor held back, and any such op makes
+TensorFlow's executor track dead branches for *every* op of the step. A tensor living on another
+device than the gate also costs a transfer. So the gate is built per device, as one functional
+``Case`` op that is not lowered (on CPU devices, where the callback can run in place; elsewhere it
+is an ordinary ``tf.cond``), and inside ``strategy.run`` every recording point of the step shares
+it (:meth:`Emitter.one_gate_per_device`). A small collector reassembles the devices' pieces in
+Python before the callbacks run, in the order the program made them. Measured on 4 logical CPU
+replicas: a lowered cond per recording point cost ~25 % of a 2.5 ms step; this costs ~2 %.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import itertools
+import threading
 import warnings
+import weakref
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops
-from tensorflow.python.ops import control_flow_util
+from tensorflow.python.ops import cond_v2, control_flow_util
 
 Callback = Callable[..., None]  # callback(step: int, *arrays: np.ndarray)
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A tensor built only on recorded steps, on ``device`` (e.g. a variable's current value)."""
+
+    device: str
+    build: Callable[[], tf.Tensor]
 
 
 def in_xla_context() -> bool:
@@ -41,50 +65,138 @@ def warn_xla_once() -> None:
         )
 
 
+def _canonical(device: str) -> str:
+    return tf.DeviceSpec.from_string(device).to_string() if device else ""
+
+
+def _runs_python(device: str) -> bool:
+    """Whether a numpy_function can run on ``device`` itself (a CPU, logical or not)."""
+    return tf.DeviceSpec.from_string(device).device_type == "CPU"
+
+
 class Emitter:
     """Sends tensors to Python callbacks on the steps a predicate keeps, eagerly or in graphs."""
 
     def __init__(self, host_device: str, keeps: Callable[[int], bool], keeps_tensor: Callable):
-        self.host_device = host_device  # where the callbacks run: the host CPU
+        self.host_device = _canonical(host_device)  # where callbacks run for non-CPU devices
         self.keeps = keeps  # step (int) -> record it?  (eager)
         self.keeps_tensor = keeps_tensor  # step (tensor) -> bool tensor  (graphs)
-        self._last_keep = (None, None, None)  # (step, graph, predicate): built once per step
+        self._last_keep = (None, None, None)  # (step, graph, (bool, int32)): built once per step
+        self._batch = None  # (graph, items) while strategy.run is traced: one gate per device
+        self._after: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> last gates
+        self._gates = itertools.count()
+        self._arrived: dict = {}  # (gate, step) -> {device group: values}, until all are in
+        self._lock = threading.Lock()
 
     def _keep(self, step):
+        """This step's predicate, as a bool tensor and as a branch index (0 skip, 1 record)."""
         graph = ops.get_default_graph()  # a cond or loop body is a graph of its own: its own copy
         if self._last_keep[0] is not step or self._last_keep[1] is not graph:
-            self._last_keep = (step, graph, self.keeps_tensor(step))
+            keep = self.keeps_tensor(step)
+            self._last_keep = (step, graph, (keep, tf.cast(keep, tf.int32)))
         return self._last_keep[2]
 
     def emit(self, step, tensors: Sequence, callback: Callback, *, always: bool = False) -> None:
         """Call ``callback(step, *numpy_values)`` for this step, now or when the graph runs.
 
-        ``tensors`` may be tensors or callables returning a list of tensors; callables are built
-        inside the recording branch, so their ops run only on recorded steps.
+        ``tensors`` holds tensors or :class:`Lazy` ones; lazy tensors are built inside the
+        recording branch, so their ops run only on recorded steps.
         """
+        tensors = list(tensors)
         if tf.executing_eagerly():
             if always or self.keeps(int(step)):
-                values = [np.asarray(t) for t in _materialise(tensors)]
+                values = [np.asarray(t.build() if isinstance(t, Lazy) else t) for t in tensors]
                 _safely(callback, int(step), values)
             return
         if in_xla_context():
             warn_xla_once()
             return
+        if self._batch is not None and self._batch[0] is ops.get_default_graph():
+            self._batch[1].append((tensors, callback))  # gated together when the step ends
+            return
+        self._gate(step, [(tensors, callback)], always=always)
 
-        def record():
-            with tf.device(self.host_device):
-                flat = _materialise(tensors)
+    @contextlib.contextmanager
+    def one_gate_per_device(self, step):
+        """Collect every recording point of one traced step, and gate them together at the end."""
+        if tf.executing_eagerly() or in_xla_context() or self._batch is not None:
+            yield
+            return
+        self._batch = (ops.get_default_graph(), [])
+        try:
+            yield
+            items = self._batch[1]
+        finally:
+            self._batch = None
+        if items:
+            self._gate(step, items)
 
-                def call(s, *values):
-                    _safely(callback, int(s), values)
-                    return np.int64(0)
+    def _gate(self, step, items: list, *, always: bool = False) -> None:
+        """One gate per device, each holding that device's tensors of every item (module doc)."""
+        groups: dict[str, list] = {}  # device -> [(item, position, tensor)]
+        for i, (tensors, _) in enumerate(items):
+            for j, t in enumerate(tensors):
+                device = _canonical(t.device) or self.host_device
+                groups.setdefault(device, []).append((i, j, t))
+        if not groups:
+            groups[self.host_device] = []
+        gate = next(self._gates)
+        layout = [(i, j) for members in groups.values() for i, j, _ in members]
+        sizes = [len(members) for members in groups.values()]
+        deliver = functools.partial(self._deliver, gate, [cb for _, cb in items],
+                                    [len(t) for t, _ in items], layout, sizes)
+        graph = ops.get_default_graph()
+        keep = None if always else self._keep(step)
+        outs = []
+        # After the previous gate of this graph: callbacks then run in the order of the program.
+        with tf.control_dependencies(self._after.get(graph, [])):
+            for g, (device, members) in enumerate(groups.items()):
+                where = device if _runs_python(device) else self.host_device
 
-                return tf.numpy_function(call, [step, *flat], tf.int64, stateful=True)
+                def record(members=members, g=g, where=where):
+                    values = [_build(t) for _, _, t in members]
+                    with tf.device(where):
+                        return tf.numpy_function(functools.partial(deliver, g), [step, *values],
+                                                 tf.int64, stateful=True)
 
-        if always:
-            record()
-        else:
-            tf.cond(self._keep(step), record, lambda: tf.constant(0, tf.int64))
+                def skip():
+                    return tf.constant(0, tf.int64)
+
+                with tf.device(device):
+                    if always:
+                        outs.append(record())
+                    elif _runs_python(device):  # one op, not lowered: see the module docstring
+                        outs.append(cond_v2.indexed_case(keep[1], [skip, record],
+                                                         lower_using_switch_merge=False)[0])
+                    else:
+                        outs.append(tf.cond(keep[0], record, skip))
+        self._after[graph] = [o.op for o in outs]
+
+    def _deliver(self, gate, callbacks, counts, layout, sizes, group, step, *values):
+        """One device's part of a gate arrived; when all have, run the callbacks in order."""
+        step = int(step)
+        with self._lock:
+            parts = self._arrived.setdefault((gate, step), {})
+            parts[group] = values
+            if len(parts) < len(sizes):
+                if len(self._arrived) > 256:  # a step that failed half-way never completes
+                    self._arrived.pop(next(iter(self._arrived)))
+                return np.int64(0)
+            del self._arrived[(gate, step)]
+        flat = [v for g in range(len(sizes)) for v in parts[g]]
+        per_item: list[list] = [[None] * n for n in counts]
+        for (i, j), v in zip(layout, flat):
+            per_item[i][j] = v
+        for callback, arrays in zip(callbacks, per_item):
+            _safely(callback, step, arrays)
+        return np.int64(0)
+
+
+def _build(t):
+    if not isinstance(t, Lazy):
+        return t
+    with tf.device(t.device):
+        return t.build()
 
 
 def _safely(callback: Callback, step: int, values) -> None:
@@ -94,9 +206,3 @@ def _safely(callback: Callback, step: int, values) -> None:
     except Exception as exc:  # a bug in recording must not stop a student's training
         warnings.warn(f"mirrortutor could not record step {step} ({type(exc).__name__}: {exc}); "
                       "training itself is unaffected.", stacklevel=2)
-
-
-def _materialise(tensors) -> list:
-    if callable(tensors):
-        return list(tensors())
-    return list(tensors)

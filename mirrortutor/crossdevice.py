@@ -10,6 +10,7 @@ every replica).
 
 from __future__ import annotations
 
+import math
 import warnings
 import weakref
 
@@ -23,7 +24,10 @@ from .trace import Trace
 
 
 def norm(a: np.ndarray) -> float:
-    return float(np.linalg.norm(np.asarray(a, dtype=np.float64).ravel()))
+    """The L2 norm, without BLAS: this runs inside training, and on a small machine OpenBLAS's
+    helper threads keep spinning after a call, taking CPU from the next training steps."""
+    x = np.asarray(a, dtype=np.float64).ravel()
+    return math.sqrt(float(np.einsum("i,i->", x, x)))
 
 
 def implementation_name(inner, extended, options) -> str:

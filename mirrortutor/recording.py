@@ -17,7 +17,7 @@ import tensorflow as tf
 from tensorflow.python.distribute import values as values_lib
 from tensorflow.python.util import nest
 
-from .capture import Emitter
+from .capture import Emitter, Lazy
 from .crossdevice import per_replica_tensors
 from .trace import (OutputRecord, Recording, ShardRecord, SyncRecord, Trace, VariableRecord,
                     VariableSnapshot, row_hashes)
@@ -77,16 +77,17 @@ class RecordingStrategy:
             return super().run(fn, args=args, kwargs=kwargs, options=options)
         self._step_counter.assign_add(1)
         step = self._current_step()
-        self._record_shards(step, args, kwargs)
-        self._in_run = True
-        self._run_step = None if tf.executing_eagerly() else step  # one read per step, shared
-        try:
-            result = super().run(fn, args=args, kwargs=kwargs, options=options)
-        finally:
-            self._in_run = False
-            self._run_step = None
-        self._record_outputs(step, result)
-        self._record_sync(step)
+        with self._emitter.one_gate_per_device(step):  # in a graph: one recording branch per device
+            self._record_shards(step, args, kwargs)
+            self._in_run = True
+            self._run_step = None if tf.executing_eagerly() else step  # one read per step, shared
+            try:
+                result = super().run(fn, args=args, kwargs=kwargs, options=options)
+            finally:
+                self._in_run = False
+                self._run_step = None
+            self._record_outputs(step, result)
+            self._record_sync(step)
         return result
 
     # ---- 1. variables ------------------------------------------------------------------------
@@ -167,30 +168,20 @@ class RecordingStrategy:
         policy = trace.recording
         keep = [policy.keeps_values(int(np.prod(v.shape))) for v in mirrored]
         names = [v.name.split(":")[0] for v in mirrored]
-        counts = [len(v.values) if k else 0 for v, k in zip(mirrored, keep)]
-
-        def tensors():
-            diffs = []
-            values = []
-            for v, k in zip(mirrored, keep):
-                comps = [c.read_value() for c in v.values]
-                diff = tf.constant(0.0, tf.float64)
-                for c in comps[1:]:
-                    diff = tf.maximum(diff, tf.cast(tf.reduce_max(tf.abs(c - comps[0])), tf.float64))
-                diffs.append(diff)
-                if k:
-                    values.extend(comps)
-            return [tf.stack(diffs), *values]
-
+        counts = [len(v.values) for v in mirrored]
+        # Each copy is read on its own device, on recorded steps only; the comparison is numpy's.
+        copies = [Lazy(c.device, c.read_value) for v in mirrored for c in v.values]
         aggregations = [v.aggregation.name for v in mirrored]
 
-        def record(step, diffs, *arrays):
+        def record(step, *arrays):
             it = iter(arrays)
             slot = trace._step(step)
-            for name, d, k, agg in zip(names, diffs, counts, aggregations):
-                vals = [np.array(next(it)) for _ in range(k)] if k else None
-                slot.sync.append(SyncRecord(step, name, float(d), vals))
+            for name, k, n, agg in zip(names, keep, counts, aggregations):
+                vals = [next(it) for _ in range(n)]
+                d = max((float(np.max(np.abs(c - vals[0]))) for c in vals[1:] if np.size(c)),
+                        default=0.0)
+                slot.sync.append(SyncRecord(step, name, d, [np.array(c) for c in vals] if k else None))
                 if d > 0:
-                    _warn_out_of_sync(trace, step, name, float(d), agg)
+                    _warn_out_of_sync(trace, step, name, d, agg)
 
-        self._emitter.emit(step, tensors, record)
+        self._emitter.emit(step, copies, record)

@@ -316,3 +316,57 @@ def test_recording_runs_inside_a_graph_loop(devices):
     assert [len(s.trace.shards(k)) for k in range(3)] == [2, 2, 2]
     ids = np.concatenate([np.concatenate(list(s.trace.example_ids(k).values())) for k in range(3)])
     assert ids.tolist() == list(range(48))
+
+
+def _traced_train_step(strategy, layers: int):
+    """A custom-loop train step of an MLP with `layers` Dense layers, and one batch for it."""
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((64,))] +
+                                 [keras.layers.Dense(16, activation="relu") for _ in range(layers)])
+        optimizer = keras.optimizers.SGD(0.1)
+    batch = next(iter(strategy.experimental_distribute_dataset(digits(64).to_tf(32))))
+
+    @tf.function
+    def step(batch):
+        def replica_step(index, x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(model(x, training=True)) / strategy.num_replicas_in_sync
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        return strategy.reduce("SUM", strategy.run(replica_step, args=batch), axis=None)
+
+    return step, batch
+
+
+@pytest.mark.parametrize("layers", [1, 4])
+def test_skipped_steps_pass_one_unlowered_gate_per_device(devices, layers):
+    """However many tensors a step records, the graph holds one functional Case gate per device
+    for the run (and one per device for the reduce after it): no Switch per recorded tensor."""
+    s = mt.MirroredStrategy(devices[:4])
+    step, batch = _traced_train_step(s, layers)
+    graph = step.get_concrete_function(batch).graph
+    ops = graph.get_operations()
+    gates = [op for op in ops if op.type in ("Case", "StatelessCase")]
+    assert not [op for op in ops if op.type in ("If", "StatelessIf", "Switch", "Merge")]
+    assert len(gates) == 2 * 4
+    assert all(op.get_attr("_lower_using_switch_merge") is False for op in gates)
+    assert sorted({tf.DeviceSpec.from_string(op.device).device_index for op in gates}) == [0, 1, 2, 3]
+    recorded_inputs = sum(len(op.inputs) for op in gates)
+    assert recorded_inputs > 4 * 2 * layers  # each gate holds many tensors: grads, outputs, copies
+
+
+def test_recording_keeps_the_order_of_the_program(devices):
+    """Callbacks of one step arrive in program order: the gradients' all-reduce inside the run,
+    then the loss's reduce after it, on every recorded step."""
+    s = mt.MirroredStrategy(devices[:4], recording=mt.Recording.everything())
+    step, batch = _traced_train_step(s, 2)
+    for _ in range(6):
+        step(batch)
+    for k in range(6):
+        records = s.trace.allreduces(step=k)
+        assert [r.path for r in records] == ["batch_reduce", "reduce"]
+        assert [r.call for r in records] == [0, 1]
+        assert len(records[0].names) == 4  # two kernels and two biases, reduced together
