@@ -3,8 +3,8 @@
 Inside ``tf.function`` a tensor has no value yet, only a place in a graph. To see the value each
 step we add a ``tf.numpy_function`` that receives the tensors and hands numpy copies to a Python
 callback. It only *reads*: no value the training computes depends on it, so every number stays
-bit-identical. A ``tf.cond`` on the step counter keeps the callback (and the copies to the host it
-needs) to the sampled steps. Under XLA (``jit_compile=True``), where Python callbacks cannot be
+bit-identical. A gate on the step counter (a conditional) keeps the callback, and the copies to
+the host it needs, to the sampled steps. Under XLA (``jit_compile=True``), where Python callbacks cannot be
 compiled, nothing is recorded and a warning says so.
 
 What a gate costs on the steps it skips depends on how it is built. ``tf.cond`` is normally
