@@ -1,8 +1,10 @@
 """How much does recording cost? Plain tf.distribute.MirroredStrategy vs mt.MirroredStrategy.
 
 Trains the same small MLP on the digits with a custom loop on 4 logical CPU replicas, alternating
-plain / default recording / full recording runs, and prints the median step time of each and the
-ratios to plain. Then runs 1,000 and 10,000 steps with default recording and prints the trace's
+plain / default recording / full recording runs, and prints the median step time of each and its
+ratio to plain. The ratio is the median of per-round ratios (each round runs every variant back to
+back), with its interquartile range: on a shared machine whose speed drifts, pairing runs that
+close together is what keeps the ratio honest. Then runs 1,000 and 10,000 steps with default recording and prints the trace's
 memory, which must stay bounded (the default keeps the first steps and a fixed-size sample).
 
 Timings are from logical CPU devices sharing this machine's cores: they measure recording's
@@ -25,8 +27,8 @@ import tensorflow as tf  # noqa: E402
 from mirrortutor.mirrored import next_collective_key_base  # noqa: E402
 
 QUICK = "--quick" in sys.argv
-STEPS = 50 if QUICK else 200  # timed steps per run
-ROUNDS = 3 if QUICK else 7  # runs per variant, alternating
+STEPS = 50 if QUICK else 100  # timed steps per run (default recording keeps 2 of every 100)
+ROUNDS = 3 if QUICK else 21  # runs per variant, alternating
 GLOBAL_BATCH = 64
 
 
@@ -83,12 +85,14 @@ def main() -> None:
     for _ in range(ROUNDS):  # alternate, so drifts in machine load hit every variant alike
         for name, step in variants.items():
             times[name].append(time_run(step, STEPS))
-    plain = statistics.median(times["plain tf.distribute"])
+    plain = times["plain tf.distribute"]
     print(f"4 logical CPU replicas on shared cores; {ROUNDS} alternating runs of {STEPS} steps")
-    print(f"{'variant':24s} {'median step':>12s} {'ratio to plain':>15s}")
+    print(f"{'variant':24s} {'median step':>12s} {'ratio to plain':>15s} {'(IQR)':>14s}")
     for name, ts in times.items():
-        med = statistics.median(ts)
-        print(f"{name:24s} {med * 1e3:9.2f} ms {med / plain:14.3f}x")
+        ratios = sorted(t / p for t, p in zip(ts, plain))
+        q1, q3 = statistics.quantiles(ratios, n=4)[::2] if len(ratios) > 1 else ratios * 2
+        print(f"{name:24s} {statistics.median(ts) * 1e3:9.2f} ms "
+              f"{statistics.median(ratios):14.3f}x {q1:6.3f}-{q3:.3f}")
 
     print("\ntrace memory with default recording (must stay bounded):")
     strategy = mt.MirroredStrategy(DEVICES)
