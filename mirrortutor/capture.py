@@ -100,7 +100,8 @@ class Emitter:
         """Call ``callback(step, *numpy_values)`` for this step, now or when the graph runs.
 
         ``tensors`` holds tensors or :class:`Lazy` ones; lazy tensors are built inside the
-        recording branch, so their ops run only on recorded steps.
+        recording branch, so their ops run only on recorded steps. ``always`` records an eager
+        call whatever the step (an all-reduce called outside ``strategy.run``).
         """
         tensors = list(tensors)
         if tf.executing_eagerly():
@@ -114,7 +115,7 @@ class Emitter:
         if self._batch is not None and self._batch[0] is ops.get_default_graph():
             self._batch[1].append((tensors, callback))  # gated together when the step ends
             return
-        self._gate(step, [(tensors, callback)], always=always)
+        self._gate(step, [(tensors, callback)])
 
     @contextlib.contextmanager
     def one_gate_per_device(self, step):
@@ -131,7 +132,7 @@ class Emitter:
         if items:
             self._gate(step, items)
 
-    def _gate(self, step, items: list, *, always: bool = False) -> None:
+    def _gate(self, step, items: list) -> None:
         """One gate per device, each holding that device's tensors of every item (module doc)."""
         groups: dict[str, list] = {}  # device -> [(item, position, tensor)]
         for i, (tensors, _) in enumerate(items):
@@ -146,7 +147,7 @@ class Emitter:
         deliver = functools.partial(self._deliver, gate, [cb for _, cb in items],
                                     [len(t) for t, _ in items], layout, sizes)
         graph = ops.get_default_graph()
-        keep = None if always else self._keep(step)
+        keep = self._keep(step)
         outs = []
         # After the previous gate of this graph: callbacks then run in the order of the program.
         with tf.control_dependencies(self._after.get(graph, [])):
@@ -163,9 +164,7 @@ class Emitter:
                     return tf.constant(0, tf.int64)
 
                 with tf.device(device):
-                    if always:
-                        outs.append(record())
-                    elif _runs_python(device):  # one op, not lowered: see the module docstring
+                    if _runs_python(device):  # one op, not lowered: see the module docstring
                         outs.append(cond_v2.indexed_case(keep[1], [skip, record],
                                                          lower_using_switch_merge=False)[0])
                     else:
