@@ -24,7 +24,7 @@ DEVICES = mt.setup(4)
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from mirrortutor.record.tf_internals import plain_mirrored_strategy  # noqa: E402
+from mirrortutor.record.tf_internals.hooks import plain_mirrored_strategy  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 STEPS = 50 if QUICK else 100  # timed steps per run (default recording keeps 2 of every 100)

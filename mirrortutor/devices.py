@@ -166,6 +166,28 @@ def setup(
     return names
 
 
+def split_cpu_before_start(replicas: int) -> bool:
+    """Give this process ``replicas`` logical CPUs, if TensorFlow's runtime has not started and
+    there is no GPU; return whether the CPUs are now split that way.
+
+    Not :func:`setup`: that starts TensorFlow's runtime, and a multi-worker strategy must configure
+    its collectives *before* the runtime starts ("Collective ops must be configured at program
+    startup"). ``python -m mirrortutor record --replicas N`` uses it for the same reason: the
+    program it runs may create a ``MultiWorkerMirroredStrategy``.
+    """
+    from .record.tf_internals.cluster import runtime_started
+
+    if runtime_started() or tf.config.list_physical_devices("GPU"):
+        return False
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    have = tf.config.get_logical_device_configuration(cpu) or []
+    if len(have) < replicas:
+        _enough_inter_op_threads(replicas)
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)])
+    return True
+
+
 # ---- a strategy's device list -----------------------------------------------------------------
 def _short(name: str) -> str:
     return name.rsplit("device:", 1)[-1]

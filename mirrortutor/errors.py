@@ -129,3 +129,8 @@ class DiagnosisError(MirrortutorError, ValueError):
 
 class JobConfigError(MirrortutorError, ValueError):
     """A multi-worker training job asked for with settings its workers cannot run."""
+
+
+class ProgramError(MirrortutorError, ValueError):
+    """``python -m mirrortutor record`` asked to run what it cannot: a script that does not exist,
+    or a trace folder it cannot write (nothing of the program has run yet)."""

@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 import mirrortutor as mt
-from mirrortutor.record.tf_internals import plain_mirrored_strategy
+from mirrortutor.record.tf_internals.hooks import plain_mirrored_strategy
 
 GLOBAL_BATCH = 64
 

@@ -45,7 +45,7 @@ import tensorflow as tf
 
 from ..errors import ClusterConfigError, ClusterStateError, ExposedPortWarning, WorkerIndexError
 from ..progress import progress
-from ..record.tf_internals_cluster import point_coordinator_at, stop_coordinator
+from ..record.tf_internals.cluster import point_coordinator_at, stop_coordinator
 from ..validate import whole_number
 from .processes import Supervisor, alive, check_port_free, free_ports, private_network
 from .watch import COORDINATOR_LOG, TaskWatch

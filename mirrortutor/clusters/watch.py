@@ -22,7 +22,7 @@ import threading
 import time
 
 from ..errors import ClusterFailureError
-from ..record.tf_internals_cluster import fail_pending_steps, pending_steps
+from ..record.tf_internals.cluster import fail_pending_steps, pending_steps
 from .processes import alive
 
 #: Seconds between two looks at the task processes.

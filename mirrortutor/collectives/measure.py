@@ -28,7 +28,7 @@ from ..errors import InvalidQuantityError, ReplicaCountError
 from ..record.crossdevice import IMPLEMENTATIONS, cross_device_ops
 from ..record.mirrored import MirroredStrategy
 from ..record.records import Recording
-from ..record.tf_internals import plain_mirrored_strategy
+from ..record.tf_internals.hooks import plain_mirrored_strategy
 from ..timing import median_seconds
 from ..validate import is_whole
 from . import costmodel

@@ -44,13 +44,13 @@ def shard_map(trace: Trace, dataset=None, steps: list[int] | None = None) -> go.
                   legend_title="received by")
 
 
-def gradient_norms(trace: Trace, step: int, variables=None) -> go.Figure:
+def gradient_norms(trace: Trace, step: int) -> go.Figure:
     """Each replica's local gradient norm per variable, beside the norm of the all-reduced one.
 
     The all-reduce SUMs the local gradients (each already divided by the *global* batch size), so
     "all-reduced" is the gradient every replica applies.
     """
-    grads = trace.gradients(step, variables)
+    grads = trace.gradients(step)
     if not grads:
         raise NotRecordedError(
             f"No gradients were recorded at step {step}. Recorded steps: {trace.steps[:10]}…; "

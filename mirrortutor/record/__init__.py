@@ -8,7 +8,7 @@
 - :mod:`.crossdevice`: what is recorded of each all-reduce;
 - :mod:`.mirrored`, :mod:`.multiworker`: ``mt.MirroredStrategy`` and
   ``mt.MultiWorkerMirroredStrategy``;
-- :mod:`.tf_internals` (the strategies' half) and :mod:`.tf_internals_cluster` (the clusters'
+- :mod:`.tf_internals` (the strategies' half) and :mod:`.tf_internals.cluster` (the clusters'
   half): the one wall behind which every use of TensorFlow's private API lives.
 
 Nothing is imported here.

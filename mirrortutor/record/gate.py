@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from .tf_internals import in_xla_context, unlowered_case
+from .tf_internals.graph import in_xla_context, unlowered_case
 
 Callback = Callable[..., None]  # callback(step: int, *arrays: np.ndarray)
 
@@ -177,7 +177,7 @@ class Emitter:
 
                 with tf.device(device):
                     if _runs_python(device):  # one op, not lowered: see the module docstring
-                        outs.append(unlowered_case(keep[1], [skip, record])[0])
+                        outs.append(unlowered_case(keep[1], [skip, record]))
                     else:
                         outs.append(tf.cond(keep[0], record, skip))
         self._after[graph] = [o.op for o in outs]
@@ -216,8 +216,48 @@ class Emitter:
                       f"{type(exc).__name__}")
 
 
+#: Ops whose output grappler's arithmetic optimizer may fold into the sum or product that consumes
+#: it, but only while that output has one consumer and drives no control dependency
+#: (``AddOpsRewriteStage`` and ``MinimizeBroadcasts`` in
+#: tensorflow/core/grappler/optimizers/arithmetic_optimizer.cc, ``IsAbsorbableByOptimizedNodesGroup``:
+#: ``NumNonControlOutputs(node) != 1`` or ``DrivesControlDependency(node)`` → not absorbed). Folding
+#: reorders the additions, so a tap that became a second consumer changed the last bit of a reduced
+#: loss (seen: a GAN-style loop's ``strategy.reduce("SUM", loss)``). Such a tensor is never tapped
+#: itself: the gate recomputes it inside its branch from its inputs (the same kernel on the same
+#: values: the same bits), and a timestamp waits for its inputs (:func:`settled`).
+FOLDABLE = {"Add": tf.raw_ops.Add, "AddV2": tf.raw_ops.AddV2, "Mul": tf.raw_ops.Mul}
+
+
+def _foldable(t) -> bool:
+    op = getattr(t, "op", None)
+    return (op is not None and not tf.executing_eagerly() and not op.control_inputs
+            and len(op.outputs) == 1 and (op.type == "AddN" or op.type in FOLDABLE))
+
+
+def settled(tensors: list) -> list:
+    """What to wait for to know ``tensors`` are computed, without a control dependency on a
+    tensor grappler may fold (its inputs instead, one add or multiply earlier)."""
+    out = []
+    for t in tensors:
+        out += settled(list(t.op.inputs)) if _foldable(t) else [t]
+    return out
+
+
 def _build(t):
-    if not isinstance(t, Lazy):
+    """The value to hand to the callback, built inside the recording branch (module doc)."""
+    if isinstance(t, Lazy):
+        with tf.device(t.device):
+            return t.build()
+    return _recomputed(t)
+
+
+def _recomputed(t):
+    """``t`` itself, or, for a sum or product grappler may fold, the same op on its inputs."""
+    if not _foldable(t):
         return t
-    with tf.device(t.device):
-        return t.build()
+    op = t.op
+    with tf.device(op.device):
+        if op.type == "AddN":
+            return tf.raw_ops.AddN(inputs=[_recomputed(x) for x in op.inputs])
+        x, y = op.inputs
+        return FOLDABLE[op.type](x=_recomputed(x), y=_recomputed(y))

@@ -24,9 +24,9 @@ from ..devices import strategy_devices
 from ..errors import ClusterStateError
 from .records import Recording
 from .strategy import RecordingStrategy
-from .tf_internals import (ObservedMirroredExtended, allreduce_uses_collectives,
-                           give_fresh_collective_keys, host_device)
-from .tf_internals_cluster import connected_to_cluster
+from .tf_internals.hooks import (ObservedMirroredExtended, allreduce_uses_collectives,
+                                 give_fresh_collective_keys, host_device)
+from .tf_internals.cluster import connected_to_cluster
 
 
 class MirroredStrategy(RecordingStrategy, tf.distribute.MirroredStrategy):

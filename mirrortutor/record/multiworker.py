@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ..devices import split_cpu_before_start
 from ..errors import ReplicaCountError
 from ..validate import whole_number
 from .records import Recording
 from .strategy import RecordingStrategy
-from .tf_internals import (ObservedCollectiveExtended, communication, local_device_type,
-                           worker_host_device)
-from .tf_internals_cluster import runtime_started
+from .tf_internals.hooks import (ObservedCollectiveExtended, communication, local_device_type,
+                                 worker_host_device)
 
 
 def _too_few_devices(asked: int, have: int) -> None:
@@ -57,7 +57,7 @@ class MultiWorkerMirroredStrategy(RecordingStrategy, tf.distribute.MultiWorkerMi
                          f"replicas_per_worker must be a whole number of at least 1, but got "
                          f"{replicas_per_worker!r}. Each worker needs one replica or more: "
                          f"replicas_per_worker=2, for example.")
-            _split_cpu(replicas_per_worker)
+            split_cpu_before_start(replicas_per_worker)
         recorder = self._begin_recording(recording)
         options = communication_options or tf.distribute.experimental.CommunicationOptions()
         extended = ObservedCollectiveExtended(self, recorder, cluster_resolver, options,
@@ -89,19 +89,3 @@ class MultiWorkerMirroredStrategy(RecordingStrategy, tf.distribute.MultiWorkerMi
 
     # run, snapshot and the recording itself come from RecordingStrategy, unchanged: they
     # only read this worker's local replicas.
-
-
-def _split_cpu(replicas: int) -> None:
-    """Give this process ``replicas`` logical CPUs, if TensorFlow has not started yet.
-
-    Not ``mt.setup``: that starts TensorFlow's runtime, and a multi-worker strategy must configure
-    its collectives *before* the runtime starts ("Collective ops must be configured at program
-    startup"). If TF has started already, the strategy uses the logical CPUs that exist.
-    """
-    if runtime_started() or tf.config.list_physical_devices("GPU"):
-        return
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    have = tf.config.get_logical_device_configuration(cpu) or []
-    if len(have) < replicas:
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)])

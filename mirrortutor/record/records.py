@@ -127,10 +127,18 @@ class AllReduceRecord:
     outputs: list[list[np.ndarray]] | None  # [tensor][destination] whole outputs, when kept
     outside: bool = False  # made outside any step: eagerly outside strategy.run (Keras does at
     #                        set-up and epoch ends), or in a tf.function that ran no step
+    applied_to: list[str | None] | None = None  # per tensor: the variable the program then
+    #   updated with the result (TF's extended.update: an optimizer step), or None
 
     @property
     def num_replicas(self) -> int:
         return int(self.input_norms.shape[1])
+
+    def gradient_of(self, t: int) -> str | None:
+        """The variable whose gradient tensor ``t`` is: the result was applied to that variable,
+        and was not a value aggregated *into* it (an assignment's destination is the variable)."""
+        var = (self.applied_to or [None] * len(self.names))[t]
+        return var if var is not None and self.names[t] != var else None
 
 
 @dataclass

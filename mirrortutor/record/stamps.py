@@ -16,7 +16,7 @@ dependencies) for exactly the tensors whose readiness it marks:
 A replica's stamps are chained (each also waits for the one before), so they never go backwards.
 Inside ``tf.function`` TensorFlow orders every stateful op that uses no resource in program order;
 a timestamp in that chain would wait for the other replicas' stamps and read their times, so each
-is let out of it (:func:`~mirrortutor.record.tf_internals.independent`). No value the training
+is let out of it (:func:`~mirrortutor.record.tf_internals.graph.independent`). No value the training
 computes depends on a stamp: the numbers stay bit-identical. The stamps reach the trace through
 the recorder's gates (:mod:`.gate`), on the steps the recording policy keeps, as
 :class:`~mirrortutor.record.records.TimelineRecord`; :mod:`.timeline` reads them as phases.
@@ -27,8 +27,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from .gate import settled
 from .records import ReductionStamps, TimelineRecord
-from .tf_internals import in_xla_context, independent
+from .tf_internals.graph import in_xla_context, independent
 from .values import components, is_per_replica, leaves
 
 
@@ -44,8 +45,11 @@ def _tensors(value) -> list:
 
 
 def _stamp(device: str, after: list):
-    """``tf.timestamp()`` on ``device``, taken once everything in ``after`` is done."""
-    with tf.device(device), tf.control_dependencies([a for a in after if a is not None]):
+    """``tf.timestamp()`` on ``device``, taken once everything in ``after`` is done (a sum
+    grappler may fold: once its inputs are, see :func:`~.gate.settled`)."""
+    after = settled([a for a in after if isinstance(a, tf.Tensor)]) + [
+        a for a in after if a is not None and not isinstance(a, tf.Tensor)]
+    with tf.device(device), tf.control_dependencies(after):
         return independent(tf.timestamp())
 
 

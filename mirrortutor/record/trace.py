@@ -131,45 +131,37 @@ class Trace:
         """The largest difference between replicas' copies seen after any recorded step."""
         return max((r.max_abs_diff for r in self.sync()), default=0.0)
 
-    def _gradient_allreduces(self, step, variables) -> list[tuple[AllReduceRecord, list[str]]]:
-        """The all-reduces that carried gradients, with the variable name of each tensor.
+    def _step_reductions(self, step: int | None) -> list[AllReduceRecord]:
+        """A step's reductions, and those made eagerly right after it (outside ``run``)."""
+        return self.allreduces(step) + [r for r in self._outside.allreduces
+                                        if step is None or r.step == step]
 
-        Keras and ``ReplicaContext.all_reduce`` pass gradients as anonymous tensors, so they are
-        named by matching shapes, in order, against ``variables`` (default: the trainable
-        variables this strategy created). An all-reduce whose shapes do not match is not counted.
-        """
-        if variables is None:
-            names = [v.name for v in self.variables if v.trainable]
-            shapes = [v.shape for v in self.variables if v.trainable]
-        else:
-            names = [getattr(v, "path", None) or v.name for v in variables]
-            shapes = [tuple(v.shape) for v in variables]
-        return [(rec, names) for rec in self.allreduces(step, path="batch_reduce")
-                if names and rec.shapes == shapes]
-
-    def gradients(self, step: int | None = None, variables=None) -> list[GradientRecord]:
-        """Each replica's local gradients: the inputs of the all-reduces that carried gradients."""
+    def gradients(self, step: int | None = None) -> list[GradientRecord]:
+        """Each replica's local gradient of each variable: the inputs of the reductions whose
+        results the program applied to that variable (named by it, never guessed from shapes),
+        in the step or eagerly right after it."""
         result = []
-        for rec, names in self._gradient_allreduces(step, variables):
-            for t, name in enumerate(names):
-                for r in range(rec.num_replicas):
+        for rec in self._step_reductions(step):
+            for t in range(len(rec.names)):
+                var = rec.gradient_of(t)
+                for r in range(rec.num_replicas if var else 0):
                     value = rec.inputs[t][r] if rec.inputs is not None else None
-                    result.append(GradientRecord(rec.step, r, name, float(rec.input_norms[t, r]),
+                    result.append(GradientRecord(rec.step, r, var, float(rec.input_norms[t, r]),
                                                  value, float(rec.output_norms[t, 0])))
         return result
 
-    def reduced_gradients(self, step: int, variables=None) -> dict[str, np.ndarray]:
+    def reduced_gradients(self, step: int) -> dict[str, np.ndarray]:
         """The all-reduced gradient of each variable at ``step``: what every replica applied."""
-        for rec, names in self._gradient_allreduces(step, variables):
-            if rec.outputs is not None:
-                return {name: rec.outputs[t][0] for t, name in enumerate(names)}
-        raise NotRecordedError(
-            f"No all-reduced gradients with whole values were recorded at step {step}. Record "
-            "them with mt.Recording(full_values=True), or pick a recorded step: "
-            f"{self.steps[:10]}."
-        )
+        found = {rec.gradient_of(t): rec.outputs[t][0] for rec in self._step_reductions(step)
+                 if rec.outputs is not None for t in range(len(rec.names)) if rec.gradient_of(t)}
+        if not found:
+            raise NotRecordedError(
+                f"No all-reduced gradients with whole values were recorded at step {step}. Record "
+                "them with mt.Recording(full_values=True), or pick a recorded step: "
+                f"{self.steps[:10]}.")
+        return found
 
-    def gradient_scale(self, reference, step: int = 0, variables=None) -> float:
+    def gradient_scale(self, reference, step: int = 0) -> float:
         """How many times larger the applied gradient is than ``reference``.
 
         ``reference``: the gradients of the mean loss over the same *global* batch, computed on
@@ -177,10 +169,10 @@ class Trace:
         divided by the per-replica batch size instead of the global one gives exactly
         ``num_replicas_in_sync``, and a warning says how to fix it.
         """
-        applied = np.concatenate([np.ravel(g) for g in self.reduced_gradients(step, variables).values()])
+        applied = np.concatenate([np.ravel(g) for g in self.reduced_gradients(step).values()])
         expected = np.concatenate([np.ravel(np.asarray(g)) for g in reference])
         scale = float(np.linalg.norm(applied) / np.linalg.norm(expected))
-        replicas = self._gradient_allreduces(step, variables)[0][0].num_replicas
+        replicas = max(g.replica_id for g in self.gradients(step)) + 1
         if replicas > 1 and abs(scale - replicas) < 1e-3 * replicas:
             self.warn(
                 f"The applied gradient is {scale:.4g} times the full-batch gradient, which is the "

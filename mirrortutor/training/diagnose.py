@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import DiagnosisError, NotRecordedError
 from ..progress import progress
+from ..record.trace import Trace
 from ..timing import measured_here
 from ..validate import whole_number
 
@@ -158,7 +159,9 @@ def _run(step, count: int, bar) -> list[float]:
 def diagnose(strategy, step=None, *, steps: int = 10, warmup: int = 2) -> Diagnosis:
     """Which of four causes (input, communication, stragglers, eager) holds the steps back.
 
-    ``strategy``: an ``mt.MirroredStrategy`` created with ``recording=mt.Recording(timeline=True)``.
+    ``strategy``: an ``mt.MirroredStrategy`` created with ``recording=mt.Recording(timeline=True)``,
+    or a :class:`~mirrortutor.Trace` recorded that way (then its last ``steps`` recorded steps are
+    read, and ``step`` cannot be given).
     ``step``: a function of no arguments that runs one training step (one ``strategy.run``),
     e.g. ``lambda: train_step(next(iterator))``; it is run ``warmup`` times (tracing), then
     ``steps`` times, which trains the model that much further. If the steps ran eagerly, the same
@@ -166,11 +169,13 @@ def diagnose(strategy, step=None, *, steps: int = 10, warmup: int = 2) -> Diagno
     ``step``, the last ``steps`` recorded steps are read instead (what already ran, e.g. a
     ``SyncSGD.fit``). Returns a :class:`Diagnosis`; print it for the verdict in words.
     """
-    trace = getattr(strategy, "trace", None)
-    if not hasattr(trace, "timed_steps") or not hasattr(strategy, "run"):
+    trace = strategy if isinstance(strategy, Trace) else getattr(strategy, "trace", None)
+    if not isinstance(trace, Trace) or (step is not None and not hasattr(strategy, "run")):
         raise DiagnosisError(
             f"mt.diagnose needs the strategy that runs the steps, an mt.MirroredStrategy created "
-            f"with recording=mt.Recording(timeline=True); got {type(strategy).__name__}.")
+            f"with recording=mt.Recording(timeline=True), or a trace of steps already recorded "
+            f"that way (mt.Trace.load of a file `python -m mirrortutor record` wrote); got "
+            f"{type(strategy).__name__}.")
     if not trace.recording.timeline:
         raise NotRecordedError(
             "This strategy does not record a timeline. Create it with "

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..errors import InvalidQuantityError, WorkerIndexError
-from ..record.tf_internals import data_sleep
+from ..record.tf_internals.graph import data_sleep
 from ..validate import is_whole
 
 __all__ = ["Straggler", "SlowDown", "accuracy_and_loss", "checked_stragglers", "sleep"]

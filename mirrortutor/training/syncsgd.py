@@ -40,7 +40,7 @@ import tensorflow as tf
 
 from ..errors import InvalidQuantityError
 from ..progress import progress
-from ..record.tf_internals import independent
+from ..record.tf_internals.graph import independent
 from ..validate import whole_number
 from .stragglers import SlowDown, accuracy_and_loss, checked_stragglers
 

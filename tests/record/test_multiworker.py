@@ -21,7 +21,7 @@ import pytest
 import mirrortutor as mt
 from mirrortutor.clusters.processes import netns_available
 from mirrortutor.record.multiworker import MultiWorkerMirroredStrategy
-from mirrortutor.record.tf_internals_cluster import connected_to_cluster as in_cluster
+from mirrortutor.record.tf_internals.cluster import connected_to_cluster as in_cluster
 from mirrortutor.clusters.multiworker import BASE_PORT, MultiWorkerCluster, tf_config
 from mirrortutor.training.job import TrainingJob, train
 from mirrortutor.errors import (BatchSplitError, ClusterConfigError, ClusterStateError,

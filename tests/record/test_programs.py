@@ -470,7 +470,7 @@ def test_multi_worker_strategy_programs_in_a_fresh_process():
         warnings.simplefilter("error")
         import mirrortutor as mt
         import numpy as np, tensorflow as tf
-        from mirrortutor.record.tf_internals import plain_mirrored_strategy
+        from mirrortutor.record.tf_internals.hooks import plain_mirrored_strategy
         ours = mt.MultiWorkerMirroredStrategy(replicas_per_worker=2, recording=mt.Recording.everything())
         plain = plain_mirrored_strategy(list(ours.extended.worker_devices))
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import mirrortutor as mt
 from helpers import digits, mlp_step, plain_mirrored, same_bits, train_custom, train_fit
-from mirrortutor.record.tf_internals import independent
+from mirrortutor.record.tf_internals.graph import independent
 from mirrortutor.record.timeline import KINDS
 from mirrortutor.training.stragglers import sleep
 

@@ -1,10 +1,10 @@
-"""The wall, second half: TensorFlow's private API for the eager context and its clusters.
+"""The wall, cluster half: TensorFlow's private API for the eager context and its clusters.
 
-:mod:`~mirrortutor.record.tf_internals` holds what the instrumented strategies need; this module
+:mod:`.hooks` and :mod:`.graph` hold what the instrumented strategies need; this module
 holds what the clusters need: whether the runtime started, whether this process's eager context
 serves a cluster, and the few places where TensorFlow's ``ClusterCoordinator`` offers no public way
-to stop in bounded time or to give up on steps no worker will ever run. The two modules are the
-whole wall (``tests/core/test_layout.py`` names both): a TensorFlow upgrade that moves a private
+to stop in bounded time or to give up on steps no worker will ever run. The folder is the
+whole wall (``tests/core/test_layout.py`` holds it): a TensorFlow upgrade that moves a private
 name breaks here, and the cluster tests (``tests/clusters``) say so at once.
 
 Checked against TensorFlow 2.21. Each use says *why* no public API does it.

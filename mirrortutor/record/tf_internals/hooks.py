@@ -1,17 +1,14 @@
-"""The wall: every use of TensorFlow's private API in mirrortutor, each with the reason.
+"""The wall, hooks: where the instrumented strategies hear what TensorFlow does.
 
-mirrortutor observes TensorFlow from the inside, at the places TensorFlow itself routes through.
-Where the public API (``tf.distribute``, ``tf.nest``, ``tf.compat.v1``) can do a job, the package
-uses it. What is left lives here and nowhere else, so a TensorFlow upgrade that moves a private
-name breaks this file, and the bit-identity tests (``tests/record``) say so at once. Its second
-half, :mod:`~mirrortutor.record.tf_internals_cluster`, holds what the clusters need (the eager
-context and TF's ``ClusterCoordinator``). Checked against TensorFlow 2.21. Each use says *why* no
-public API does it; the strategies hear about what TensorFlow does through an :class:`Observer`.
+The extended objects TensorFlow's own strategies are built on create, update and reduce every
+variable; a pass-through cross-device implementation sees every all-reduce. Each tells an
+:class:`Observer` (the strategy's recorder, :mod:`mirrortutor.record.recorder`) and nothing more:
+this is where a recorded value enters mirrortutor. Checked against TensorFlow 2.21. Each use says
+*why* no public API does it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from typing import Protocol
 
@@ -21,17 +18,12 @@ import tensorflow as tf
 from tensorflow.python.distribute import collective_all_reduce_strategy as collective_lib
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
 from tensorflow.python.distribute import distribute_utils, mirrored_strategy
-# Why: a recording branch must be one un-lowered Case op (see record/gate.py), and must know
-# whether XLA will compile the graph (no Python callbacks there); tf.cond/tf.switch_case lower.
-from tensorflow.python.ops import cond_v2, control_flow_util
-# Why: a sleep that runs on the device executing a step (stragglers); TF has no public sleep op.
-from tensorflow.python.data.experimental.ops import testing as data_testing
 
 __all__ = ["Observer", "ObservedMirroredExtended", "ObservedCollectiveExtended",
-           "PassThroughCrossDeviceOps", "allreduce_uses_collectives", "data_sleep",
+           "PassThroughCrossDeviceOps", "allreduce_uses_collectives", "communication",
            "fresh_collective_key_base", "give_fresh_collective_keys", "host_device",
-           "implementation_name", "in_xla_context", "independent", "local_device_type",
-           "communication", "plain_mirrored_strategy", "unlowered_case", "worker_host_device"]
+           "implementation_name", "local_device_type", "plain_mirrored_strategy",
+           "worker_host_device"]
 
 
 class Observer(Protocol):
@@ -40,6 +32,7 @@ class Observer(Protocol):
     def reducing(self, values: list) -> None: ...  # before TF reduces: may raise a plain error
     def reduced(self, path: str, reduce_op, values: list, destinations: list, outputs: list,
                 implementation: str) -> None: ...  # path: "reduce", "batch_reduce" or "gather"
+    def updating(self, variable, args) -> None: ...  # extended.update(variable, fn, args)
     def unmirrored_update(self, variable, num_replicas: int) -> None: ...  # raises
 
 
@@ -71,47 +64,6 @@ def plain_mirrored_strategy(devices, cross_device_ops=None) -> tf.distribute.Mir
         return cls(devices, cross_device_ops=cross_device_ops)
     finally:
         cls._collective_key_base = 0
-
-
-# ---- graphs ------------------------------------------------------------------------------------
-def in_xla_context() -> bool:
-    """True while building a graph that XLA will compile (no Python callbacks possible)."""
-    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
-
-
-def unlowered_case(index, branches: list):
-    """``tf.switch_case`` as one functional ``Case`` op that is not lowered to Switch/Merge."""
-    return cond_v2.indexed_case(index, branches, lower_using_switch_merge=False)
-
-
-def independent(value=None):
-    """Let the stateful op making tensor ``value`` (a timestamp) run once its inputs are ready;
-    as a context manager (``with independent():``), every such op made in the block.
-
-    Why private: inside tf.function, automatic control dependencies chain every stateful op that
-    uses no resource in program order, so replica 1's timestamp (or a straggler's sleep) would wait
-    for replica 0's. ``run_independently`` is how TF's own TPU enqueue ops leave that chain."""
-    graph = tf.compat.v1.get_default_graph() if value is None else getattr(value, "graph", None)
-    acd = None if tf.executing_eagerly() else getattr(graph, "experimental_acd_manager", None)
-    if value is None:
-        return _independent_block(graph, acd)
-    if acd is not None:
-        acd.run_independently(value.op)
-    return value
-
-
-@contextlib.contextmanager
-def _independent_block(graph, acd):
-    before = len(graph.get_operations()) if acd is not None else 0
-    yield
-    for op in (graph.get_operations()[before:] if acd is not None else []):
-        if op.op_def.is_stateful and all(t.dtype != tf.resource for t in op.inputs):
-            acd.run_independently(op)
-
-
-def data_sleep(microseconds):
-    """A dataset transformation sleeping ``microseconds`` before each element (and the end)."""
-    return data_testing.sleep(microseconds)
 
 
 # ---- reading an extended object ------------------------------------------------------------------
@@ -222,6 +174,7 @@ class ObservedMirroredExtended(mirrored_strategy.MirroredExtended):
     def _update(self, var, fn, args, kwargs, group):
         if not _is_distributed_variable(var):  # TF would fail a bare assert
             self._observer.unmirrored_update(var, self._num_replicas_in_sync)
+        self._observer.updating(var, args)  # every optimizer step comes this way: (var, gradient)
         return super()._update(var, fn, args, kwargs, group)
 
     def _wrap(self, inner):
