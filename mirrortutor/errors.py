@@ -48,6 +48,11 @@ class TraceFileError(MirrortutorError, ValueError):
     """A file ``mt.Trace.load`` cannot read: not a trace, or written by a newer mirrortutor."""
 
 
+class OutputPathError(MirrortutorError, OSError):
+    """A file mirrortutor was asked to write where it cannot: a folder that does not exist, no
+    permission to write there, or a path that is a folder."""
+
+
 class ShapeMismatchError(MirrortutorError, ValueError):
     """Per-replica values whose shapes or dtypes do not agree."""
 
