@@ -77,6 +77,11 @@ class UnknownAlgorithmError(MirrortutorError, ValueError):
     """An all-reduce algorithm name that the simulators and the cost model do not know."""
 
 
+class PerReplicaValuesError(MirrortutorError, TypeError):
+    """Per-replica values that are not a list with one array per rank: ``None``, a number, a
+    string, a dict, or a single one-dimensional array."""
+
+
 class UnsupportedDtypeError(MirrortutorError, TypeError):
     """Per-replica values whose dtype cannot be summed (strings, objects, booleans)."""
 
