@@ -5,6 +5,7 @@ derives from the builtin it resembles (``ValueError`` for bad arguments, ``Runti
 wrong moment), so code that already catches those keeps working.
 
 Messages follow one pattern: what happened, what was expected, what was got, and what to do next.
+Raised inside a ``tf.function``, they reach the caller unchanged (see :class:`MirrortutorError`).
 The one warning class, :class:`ExposedPortWarning`, lives here too. Nothing here imports anything,
 so every module of the package can raise these without loading TensorFlow.
 """
@@ -13,7 +14,21 @@ from __future__ import annotations
 
 
 class MirrortutorError(Exception):
-    """Base class of all mirrortutor errors."""
+    """Base class of all mirrortutor errors.
+
+    ``ag_pass_through``: one raised while ``tf.function`` traces a step (a model built outside
+    the scope, replicas' values that cannot be added) would otherwise reach the student as
+    AutoGraph's ``StagingError``, our sentence buried under "in user code:" and a stack: AutoGraph
+    re-creates an error raised in converted code with that message, keeping its type only for the
+    builtin classes themselves (``ErrorMetadataBase.create_exception``,
+    tensorflow/python/autograph/pyct/error_utils.py), else ``StagingError``
+    (``_ErrorMetadata.create_exception``, tensorflow/python/autograph/impl/api.py). With the
+    attribute, ``_attach_error_metadata`` (same file) attaches nothing and the error leaves as it
+    is, as TF's own ``UnliftableError`` does (tensorflow/python/ops/op_selector.py): the student
+    reads our type and our sentence.
+    """
+
+    ag_pass_through = True
 
 
 class ReplicaCountError(MirrortutorError, ValueError):
@@ -48,6 +63,11 @@ class TraceFileError(MirrortutorError, ValueError):
     """A file ``mt.Trace.load`` cannot read: not a trace, or written by a newer mirrortutor."""
 
 
+class OutputPathError(MirrortutorError, OSError):
+    """A file mirrortutor was asked to write where it cannot: a folder that does not exist, no
+    permission to write there, or a path that is a folder."""
+
+
 class ShapeMismatchError(MirrortutorError, ValueError):
     """Per-replica values whose shapes or dtypes do not agree."""
 
@@ -72,6 +92,11 @@ class UnknownAlgorithmError(MirrortutorError, ValueError):
     """An all-reduce algorithm name that the simulators and the cost model do not know."""
 
 
+class PerReplicaValuesError(MirrortutorError, TypeError):
+    """Per-replica values that are not a list with one array per rank: ``None``, a number, a
+    string, a dict, or a single one-dimensional array."""
+
+
 class UnsupportedDtypeError(MirrortutorError, TypeError):
     """Per-replica values whose dtype cannot be summed (strings, objects, booleans)."""
 
@@ -80,8 +105,13 @@ class InvalidQuantityError(MirrortutorError, ValueError):
     """A size, time or rate that is negative, zero where it must be positive, or not finite."""
 
 
-class OutsideScopeError(MirrortutorError, ValueError):
-    """A variable used by a distributed step that was created outside ``strategy.scope()``."""
+class OutsideScopeError(MirrortutorError, ValueError, AssertionError):
+    """A variable used by a distributed step that was created outside ``strategy.scope()``.
+
+    Plain TensorFlow fails the same program with a bare ``AssertionError`` (the ``assert
+    isinstance(var, values.DistributedVariable)`` of ``MirroredExtended._update`` in
+    tensorflow/python/distribute/mirrored_strategy.py), so this is an ``AssertionError`` too.
+    """
 
 
 class ClusterConfigError(MirrortutorError, ValueError):

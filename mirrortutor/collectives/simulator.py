@@ -8,18 +8,20 @@ student steps through. Numpy only.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from ..errors import (ReplicaCountError, ShapeMismatchError, UnknownAlgorithmError,
-                      UnknownReduceOpError, UnsupportedDtypeError)
-from ..validate import is_whole
+from ..errors import (ChunkCountError, PerReplicaValuesError, ReplicaCountError,
+                      ShapeMismatchError, UnknownAlgorithmError, UnknownReduceOpError,
+                      UnsupportedDtypeError)
+from ..validate import is_whole, whole_number
 
 __all__ = ["ALGORITHMS", "REDUCE_OPS", "AllReduceResult", "ClosedForm", "Simulator", "Step",
-           "Transfer", "check_algorithm", "check_num_ranks", "check_values", "chunk_bounds",
-           "chunk_move", "run_move"]
+           "Transfer", "as_arrays", "check_algorithm", "check_num_ranks", "check_values",
+           "chunk_bounds", "chunk_move", "run_move"]
 
 ALGORITHMS = ("reduce_to_one", "ring", "halving_doubling")
 REDUCE_OPS = ("sum", "mean")
@@ -108,7 +110,8 @@ class ClosedForm:
 class Simulator:
     """Per-rank flat buffers plus the schedule recorded so far."""
 
-    def __init__(self, arrays: list[np.ndarray], record: bool) -> None:
+    def __init__(self, arrays: Sequence[np.ndarray], record: bool) -> None:
+        arrays = as_arrays(arrays)
         self.shape = arrays[0].shape
         self.itemsize = arrays[0].dtype.itemsize
         self.size = arrays[0].size
@@ -140,6 +143,8 @@ class Simulator:
 def chunk_bounds(size: int, parts: int) -> list[int]:
     """Offsets of ``parts`` chunks sized as ``np.array_split`` does: the first ``size % parts``
     get one element more."""
+    parts = whole_number(parts, ChunkCountError, f"cannot split a tensor into parts={parts!r} "
+                         "chunks; expected a whole number >= 1 (one chunk per rank).")
     base, rest = divmod(size, parts)
     return [i * base + min(i, rest) for i in range(parts + 1)]
 
@@ -155,10 +160,41 @@ def run_move(src: int, dst: int, run: tuple[int, int], bounds: list[int], kind: 
 
 
 def check_values(values: Sequence[np.ndarray], op: str) -> list[np.ndarray]:
-    if op not in REDUCE_OPS:
+    """``values`` as one array per rank (see :func:`as_arrays`), once ``op`` is a known one."""
+    if not isinstance(op, str) or op not in REDUCE_OPS:
         raise UnknownReduceOpError(f"op={op!r} is not a reduction the simulators know; expected "
                                    f"one of {REDUCE_OPS}. TF's ReduceOp.SUM is 'sum', MEAN 'mean'.")
-    arrays = [np.asarray(v) for v in values]
+    return as_arrays(values)
+
+
+def _one_per_rank(values) -> bool:
+    """Whether ``values`` can hold one value per rank: an iterable that is not text, a dict, or
+    a single array of at most one dimension (its elements would become ranks of one number)."""
+    if isinstance(values, np.ndarray):
+        return values.ndim >= 2
+    return isinstance(values, Iterable) and not isinstance(values, (str, bytes, Mapping))
+
+
+def as_arrays(values: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """One numpy array per rank, all of one shape and one numeric dtype, or a plain error.
+
+    ``values``: a list (or tuple, or other iterable) with one array per rank, e.g. every
+    replica's gradient of one variable; a 2-D or higher array counts as one rank per row.
+    """
+    if not _one_per_rank(values):
+        shown = repr(values) if len(repr(values)) <= 40 else repr(values)[:37] + "..."
+        raise PerReplicaValuesError(
+            f"got {shown} (a {type(values).__name__}), not one array per rank; pass a list with "
+            "one numpy array per rank (one per replica), e.g. [grad_on_rank0, grad_on_rank1]. "
+            "For one number per rank, pass a list of numbers, e.g. [1.0, 2.0].")
+    arrays = []
+    for rank, v in enumerate(values):
+        try:
+            arrays.append(np.asarray(v))
+        except ValueError as exc:  # numpy refuses ragged nested lists
+            raise ShapeMismatchError(
+                f"rank {rank}'s value is not a rectangular array ({exc}); every rank must hold "
+                "one array of one shape. Pass each rank's value as a numpy array.") from exc
     if not arrays:
         raise ReplicaCountError("got no per-replica values; expected a list with one array per "
                                 "rank (at least one). Pass e.g. [grad_on_rank0, grad_on_rank1].")

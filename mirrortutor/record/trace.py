@@ -23,10 +23,11 @@ from collections import OrderedDict
 import numpy as np
 
 from ..errors import NotRecordedError
-from . import report
+from . import chrome_trace, report
 from .records import (AllReduceRecord, GradientRecord, OutputRecord, Recording, ShardRecord,
                       SkippedRecord, StepRecords, SyncRecord, VariableRecord, VariableSnapshot,
                       row_hashes)
+from .timeline import Timeline
 
 MAX_WARNINGS = 100  # distinct causes kept in trace.warnings; later ones are only counted
 
@@ -231,11 +232,14 @@ class Trace:
     def timeline(self, steps: list[int] | None = None) -> "Timeline":
         """Each replica's phases (input, compute, waiting, all-reduce) in the recorded steps (or
         ``steps`` of them), from their timestamps: see :mod:`.timeline`."""
-        from .timeline import Timeline
-
         timed = self.timed_steps()
         wanted = timed if steps is None else [s for s in steps if s in set(timed)]
         return Timeline([self._steps[s].timeline for s in wanted])
+
+    def save_timeline(self, path, steps: list[int] | None = None) -> None:
+        """:meth:`timeline` as Chrome trace-event JSON, for https://ui.perfetto.dev or
+        ``chrome://tracing``: a track per replica, a span per phase (see :mod:`.chrome_trace`)."""
+        chrome_trace.write(path, [self.timeline(steps)])
 
     # ---- reports and files -------------------------------------------------------------------
     def summary(self) -> str:
@@ -276,14 +280,12 @@ class Trace:
         """Write the trace to ``path`` (one ``.npz`` file: arrays, and the records as JSON; the
         format is documented in :mod:`mirrortutor.record.persist`). ``Trace.load`` reads it."""
         from .persist import save_trace
-
         save_trace(self, path)
 
     @classmethod
     def load(cls, path) -> "Trace":
         """Read a trace written by :meth:`save` (on any machine: no TensorFlow needed)."""
         from .persist import load_trace
-
         return load_trace(path)
 
     def __repr__(self) -> str:

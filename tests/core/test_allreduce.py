@@ -15,10 +15,12 @@ from mirrortutor.collectives.allreduce import (
     reduce_to_one,
     ring,
 )
+from mirrortutor.collectives.simulator import Simulator, chunk_bounds
 from mirrortutor.errors import (
     ChunkCountError,
     InvalidQuantityError,
     MirrortutorError,
+    PerReplicaValuesError,
     RankError,
     ReplicaCountError,
     ShapeMismatchError,
@@ -290,6 +292,65 @@ def test_unknown_op_raises(algorithm):
     with pytest.raises(UnknownReduceOpError, match="'max'") as info:
         SIMULATORS[algorithm]([np.zeros(2)], op="max")
     assert isinstance(info.value, ValueError) and isinstance(info.value, MirrortutorError)
+
+
+NOT_ONE_PER_RANK = {"None": None, "a number": 3.0, "a string": "abc", "a dict": {0: np.zeros(2)},
+                    "one 1-D array": np.zeros(8), "a 0-d array": np.array(1.0)}
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("what", NOT_ONE_PER_RANK)
+def test_values_that_are_not_one_array_per_rank_raise(algorithm, what):
+    """None, a number, text, a dict or a single 1-D array: PerReplicaValuesError (a TypeError,
+    as Python's own was) that says to pass a list with one array per rank."""
+    with pytest.raises(PerReplicaValuesError, match="pass a list with one numpy array per rank") \
+            as info:
+        SIMULATORS[algorithm](NOT_ONE_PER_RANK[what])
+    assert isinstance(info.value, TypeError) and isinstance(info.value, MirrortutorError)
+
+
+def test_the_simulator_itself_checks_its_values():
+    """Simulator (the machinery under the algorithms) refuses the same inputs the same way."""
+    with pytest.raises(PerReplicaValuesError, match="one array per rank"):
+        Simulator(None, record=False)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_ragged_rank_raises(algorithm):
+    """A rank whose nested list is not rectangular: a ShapeMismatchError naming the rank."""
+    with pytest.raises(ShapeMismatchError, match="rank 1's value is not a rectangular array"):
+        SIMULATORS[algorithm]([[1.0, 2.0], [[1.0], [2.0, 3.0]]])
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_missing_values_raise(algorithm):
+    """A rank holding None cannot be summed: UnsupportedDtypeError (dtype object)."""
+    with pytest.raises(UnsupportedDtypeError, match="dtype object"):
+        SIMULATORS[algorithm]([None, None])
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_rows_of_a_2d_array_and_a_generator_are_ranks(algorithm):
+    """A (ranks, size) array and a generator of arrays work as a list of arrays does."""
+    values = _values(3, (5,), "float32")
+    want = SIMULATORS[algorithm](values).values
+    for given in (np.stack(values), (v for v in values)):
+        got = SIMULATORS[algorithm](given).values
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)) and len(got) == 3
+
+
+@pytest.mark.parametrize("op", [None, ["sum"], 1])
+def test_an_op_that_is_not_a_name_raises(op):
+    """op=None, a list or a number: UnknownReduceOpError, not Python's own error."""
+    with pytest.raises(UnknownReduceOpError, match="expected one of"):
+        ring([np.zeros(2)], op=op)
+
+
+@pytest.mark.parametrize("parts", [0, -1, 2.5, None])
+def test_chunk_bounds_needs_a_whole_number_of_chunks(parts):
+    """chunk_bounds(size, 0) would divide by zero: a ChunkCountError instead."""
+    with pytest.raises(ChunkCountError, match="whole number >= 1"):
+        chunk_bounds(10, parts)
 
 
 def test_non_numeric_dtype_raises():

@@ -39,11 +39,13 @@ def test_readme_api_table_lists_every_public_name():
 
 
 def test_every_error_is_a_mirrortutor_error_and_a_builtin():
-    """Each error class derives from MirrortutorError and from ValueError, RuntimeError, TypeError
-    or (a claim the data no longer supports) AssertionError."""
+    """Each error class derives from MirrortutorError and from ValueError, RuntimeError, TypeError,
+    OSError (a file that cannot be written) or (a claim the data no longer supports)
+    AssertionError."""
     errors = [getattr(mt.errors, n) for n in dir(mt.errors) if n.endswith("Error")]
     assert len(errors) > 5
     for cls in errors:
         assert issubclass(cls, mt.MirrortutorError)
         if cls is not mt.MirrortutorError:
-            assert issubclass(cls, (ValueError, RuntimeError, TypeError, AssertionError)), cls
+            assert issubclass(cls, (ValueError, RuntimeError, TypeError, OSError,
+                                    AssertionError)), cls
