@@ -3,12 +3,14 @@ docstring, run as its docstring gives it (TensorFlow 2.21.0:
 tensorflow/python/distribute/collective_all_reduce_strategy.py, class
 ``CollectiveAllReduceStrategy``).
 
-The program is read from the installed TensorFlow at run time (nothing of it is copied here): the
-docstring's code blocks, fenced by three backticks, are taken in order, the edits in ``EDITS``
-are applied, each one a whole-line replacement that must match exactly once, and the result runs
-as one program. Without ``TF_CONFIG`` the strategy is a one-worker job, with one replica on the
-CPU (``CollectiveAllReduceExtended._initialize_local_devices``: one CPU device when there is no
-GPU). The driver prints the trained model's weights, bit for bit.
+The program is read from the installed TensorFlow's source at run time (nothing of it is copied
+here): the docstring's code blocks, fenced by three backticks, are taken in order, the edits in
+``EDITS`` are applied, each one a whole-line replacement that must match exactly once, and the
+result runs as one program: a Keras ``fit``, then the docstring's own training loop. Without
+``TF_CONFIG`` the strategy is a one-worker job, with one replica on the CPU
+(``CollectiveAllReduceExtended._initialize_local_devices``: one CPU device when there is no GPU).
+The driver prints what the program leaves behind: fit's losses (``model.history``, which Keras's
+History callback sets) as exact floats, and the trained weights, bit for bit.
 
     python tf_docstring_loop.py
     python -m mirrortutor record tf_docstring_loop.py
@@ -16,13 +18,20 @@ GPU). The driver prints the trained model's weights, bit for bit.
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
 import linecache
 import re
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
+
+#: where ``tf.distribute.MultiWorkerMirroredStrategy`` is defined (tf_export's name for it)
+MODULE, CLASS = "tensorflow.python.distribute.collective_all_reduce_strategy", \
+    "CollectiveAllReduceStrategy"
 
 #: (line in the docstring, what runs instead, why). Nothing else is changed.
 EDITS = [
@@ -53,9 +62,19 @@ EDITS = [
 ]
 
 
+def docstring() -> str:
+    """The class's docstring, read from TensorFlow's source file: ``tf.distribute.
+    MultiWorkerMirroredStrategy`` itself may be a stand-in while the program runs (that is what
+    ``mirrortutor record`` does), and a stand-in has its own docstring."""
+    path = importlib.util.find_spec(MODULE).origin
+    tree = ast.parse(Path(path).read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == CLASS]
+    return ast.get_docstring(cls)
+
+
 def program() -> str:
     """The docstring's code blocks, in order, with ``EDITS`` applied line by line."""
-    doc = tf.distribute.MultiWorkerMirroredStrategy.__doc__
+    doc = docstring()
     source = "\n".join(textwrap.dedent(b) for b in re.findall(r"```\n(.*?)```", doc, re.S))
     lines = source.splitlines()
     for old, new, *_ in EDITS:
@@ -75,7 +94,9 @@ if __name__ == "__main__":
     linecache.cache[name] = (len(source), None, source.splitlines(True), name)
     namespace = {"tf": tf, "np": np, "keras": keras, "__name__": "__main__"}
     exec(compile(source, name, "exec"), namespace)
-    weights = namespace["model"].get_weights()
+    model = namespace["model"]
+    print("fit loss", [repr(float(x)) for x in model.history.history["loss"]])
+    weights = model.get_weights()
     for w in weights:
         print(w.dtype, w.shape, w.tobytes().hex())
     print("weights", hashlib.sha256(b"".join(w.tobytes() for w in weights)).hexdigest())
