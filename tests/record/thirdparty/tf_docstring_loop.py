@@ -12,6 +12,11 @@ result runs as one program: a Keras ``fit``, then the docstring's own training l
 The driver prints what the program leaves behind: fit's losses (``model.history``, which Keras's
 History callback sets) as exact floats, and the trained weights, bit for bit.
 
+As written, the docstring's loop changes nothing: its loss reads the Dense layer's raw outputs as
+probabilities (``from_logits`` is False), and every gradient it computes is exactly 0.0. A trace
+of it shows that (``trace.gradients(step)``: norm 0.0 at each loop step), and the weights it
+prints are the ones fit left.
+
     python tf_docstring_loop.py
     python -m mirrortutor record tf_docstring_loop.py
 """
