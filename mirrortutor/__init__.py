@@ -49,6 +49,7 @@ claims               claim
 record.mirrored      MirroredStrategy
 record.records       Recording
 record.trace         Trace
+record.workers       WorkerTraces
 clusters.ps          LocalCluster ClusterInfo
 training.asyncsgd    AsyncSGD
 training.asynctrace  AsyncTrace UpdateRecord

@@ -65,6 +65,7 @@ class MultiWorkerMirroredStrategy(RecordingStrategy, tf.distribute.MultiWorkerMi
         # Skip TF's __init__, which would build a plain CollectiveAllReduceExtended.
         tf.distribute.Strategy.__init__(self, extended)
         recorder.attach(worker_host_device(extended))  # this worker's host CPU
+        self.trace.worker = self.cluster_resolver.task_id  # TF_CONFIG's task index
         if self.communication == "NCCL" and local_device_type(extended) != "GPU":
             message = (
                 "CommunicationImplementation.NCCL was asked for, but this worker's replicas are "

@@ -47,6 +47,7 @@ class Trace:
         self._steps_run = 0  # the count, when not live (a loaded trace)
         self._steps: "OrderedDict[int, StepRecords]" = OrderedDict()
         self._outside = StepRecords()  # reductions outside any step (bounded like the steps)
+        self.worker: int | None = None  # a multi-worker job's worker (its TF_CONFIG task index)
 
     # ---- filling (called by the strategy's recorder) ------------------------------------------
     def follow_step_counter(self, read) -> None:
@@ -261,7 +262,7 @@ class Trace:
                 "warnings_dropped": self.warnings_dropped, "warned": sorted(self.warned),
                 "steps_run": self.steps_run, "outside_count": self.outside_count,
                 "steps": [[step, records] for step, records in self._steps.items()],
-                "outside": self._outside}
+                "outside": self._outside, "worker": self.worker}
 
     @classmethod
     def from_state(cls, state: dict) -> "Trace":
@@ -274,6 +275,7 @@ class Trace:
         trace._steps_run = state["steps_run"]
         trace._steps = OrderedDict((step, records) for step, records in state["steps"])
         trace._outside = state["outside"]
+        trace.worker = state.get("worker")  # absent from files of single-machine runs before it
         return trace
 
     def save(self, path) -> None:

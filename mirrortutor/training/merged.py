@@ -15,24 +15,9 @@ import numpy as np
 
 from ..record import persist
 from ..record.trace import Trace
+from ..record.workers import WorkerTraces
 from ..tables import text_table
 from .job import TrainingJob, WorkerResult
-
-
-def _ranges(ids) -> str:
-    """[0, 1, 2, 3, 9] -> "0–3, 9": a shard's examples, readably."""
-    ids = [int(i) for i in ids]
-    if not ids:
-        return "(none)"
-    gaps = {b - a for a, b in zip(ids, ids[1:])}
-    if len(ids) > 3 and len(gaps) == 1 and gaps != {1}:
-        return f"{ids[0]}, {ids[1]}, …, {ids[-1]} (every {gaps.pop()}th)"
-    parts, start = [], ids[0]
-    for prev, cur in zip(ids, ids[1:] + [None]):
-        if cur != prev + 1:
-            parts.append(f"{start}" if start == prev else f"{start}–{prev}")
-            start = cur
-    return ", ".join(parts)
 
 
 @dataclass
@@ -94,73 +79,30 @@ class MultiWorkerRun:
                          code, str(len(r.devices)) if r.devices else "?", said))
         return text_table(rows)
 
+    def workers(self) -> WorkerTraces:
+        """The workers' traces side by side (:class:`~mirrortutor.record.workers.WorkerTraces`)."""
+        return WorkerTraces([r.trace for r in self.results if r.trace is not None])
+
     def shard_table(self, step: int = 0) -> str:
         """Which examples every replica of every worker received in ``step``."""
-        rows = [("worker", "local replica", "replica_id_in_sync_group", "device", "examples")]
-        for r in self.results:
-            if r.trace is None:
-                continue
-            for rid, ids in sorted(r.trace.example_ids(step).items()):
-                device = r.devices[rid].split("/", 2)[-1] if r.devices else "?"
-                rows.append((str(r.worker), str(rid), str(r.worker * len(r.devices) + rid),
-                             device, _ranges(ids)))
-        return text_table(rows)
-
-    def _gradient_records(self, step: int):
-        return [(r, r.trace.gradients(step)) for r in self.results if r.trace is not None]
+        return self.workers().shard_table(step)
 
     def allreduce_table(self, step: int = 0, digits: int = 4) -> str:
         """Every replica's local gradient norm into the all-reduce, and the sum out, per worker."""
-        rows = [("variable", "worker", "local gradients ‖g‖ per replica", "all-reduced ‖Σg‖")]
-        per_worker = self._gradient_records(step)
-        names = list(dict.fromkeys(g.variable for _, gs in per_worker for g in gs))
-        for name in names:
-            for r, gs in per_worker:
-                mine = [g for g in gs if g.variable == name]
-                if mine:
-                    rows.append((name, str(r.worker),
-                                 " ".join(f"{g.norm:.{digits}g}" for g in mine),
-                                 f"{mine[0].reduced_norm:.{digits}g}"))
-        return text_table(rows)
+        return self.workers().allreduce_table(step, digits)
 
     def allreduce_error(self, step: int = 0) -> float:
-        """Largest |Σ over all workers' replicas of the local gradients − the all-reduced one|.
-
-        The cross-worker all-reduce should return exactly the sum of every replica's input in
-        the cluster (up to float rounding): this checks it from the workers' own records.
-        """
-        worst = 0.0
-        reduced = [r.trace.reduced_gradients(step) for r in self.results if r.trace is not None]
-        sums: dict[str, np.ndarray] = {}
-        for _, gs in self._gradient_records(step):
-            for g in gs:
-                sums[g.variable] = sums.get(g.variable, 0) + g.value.astype(np.float64)
-        for name, total in sums.items():
-            for red in reduced:
-                worst = max(worst, float(np.max(np.abs(red[name] - total))))
-        return worst
+        """Largest |Σ of every replica's local gradient − the all-reduced one| (see
+        :meth:`WorkerTraces.allreduce_error <mirrortutor.record.workers.WorkerTraces.allreduce_error>`)."""
+        return self.workers().allreduce_error(step)
 
     def sync_table(self) -> str:
         """After each recorded step: how far replicas drift within a worker, and across workers."""
-        rows = [("step", "largest difference within a worker", "largest difference across workers")]
-        traces = [r.trace for r in self.results if r.trace is not None]
-        if not traces:
-            return text_table(rows)
-        for step in traces[0].steps:
-            within = max((s.max_abs_diff for t in traces for s in t.sync(step)), default=0.0)
-            across = 0.0
-            first = {s.name: s.values for s in traces[0].sync(step)}
-            for t in traces[1:]:
-                for s in t.sync(step):
-                    if s.values is not None and first.get(s.name) is not None:
-                        across = max(across, float(np.max(np.abs(s.values[0] - first[s.name][0]))))
-            rows.append((str(step), f"{within:g}", f"{across:g}"))
-        return text_table(rows)
+        return self.workers().sync_table()
 
     def warnings(self) -> list[str]:
         """What the workers' strategies warned about (each message once)."""
-        seen = [w for r in self.results if r.trace is not None for w in r.trace.warnings]
-        return list(dict.fromkeys(seen))
+        return self.workers().warnings()
 
     # ---- files ---------------------------------------------------------------------------------
     def save(self, path) -> None:

@@ -9,48 +9,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import mirrortutor as mt
 
-#: A custom training loop of plain TensorFlow: what a student writes after chapter 03.
-PROGRAM = """
-    import sys
-    import numpy as np, tensorflow as tf, keras
-
-    keras.utils.set_random_seed(0)
-    strategy = tf.distribute.MirroredStrategy()
-    GLOBAL_BATCH = 16
-    x = np.random.default_rng(0).normal(size=(64, 5)).astype("float32")
-    data = strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True))).batch(GLOBAL_BATCH))
-    with strategy.scope():
-        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, activation="relu"),
-                                  keras.layers.Dense(1)])
-        optimizer = keras.optimizers.SGD(0.05)
-
-    def step(xb, yb):
-        with tf.GradientTape() as tape:
-            loss = tf.nn.compute_average_loss(tf.square(model(xb) - yb)[:, 0],
-                                              global_batch_size=GLOBAL_BATCH)
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                                      model.trainable_variables))
-        return loss
-
-    @tf.function
-    def train(batch):
-        return strategy.reduce("SUM", strategy.run(step, args=batch), axis=None)
-
-    print("replicas", strategy.num_replicas_in_sync, "argv", sys.argv[1:])
-    for epoch in range(2):
-        for i, batch in enumerate(data):
-            print(epoch, i, repr(float(train(batch))))
-            if "--fail" in sys.argv and epoch == 1:
-                raise ValueError("the program's own mistake")
-"""
+#: A custom training loop of plain TensorFlow (chapter 03's), shipped as the README's example.
+PROGRAM = Path(__file__).resolve().parents[2] / "programs" / "custom_loop.py"
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -61,7 +27,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def program(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("program")
-    (folder / "train.py").write_text(textwrap.dedent(PROGRAM))
+    (folder / "train.py").write_text(PROGRAM.read_text())
     return folder
 
 
@@ -72,7 +38,8 @@ def test_record_prints_what_the_plain_run_prints_and_writes_a_trace(program):
     recorded = cli("record", "--replicas", "2", "--out", "traces", "train.py", "a1", cwd=program)
     assert plain.returncode == recorded.returncode == 0, recorded.stderr
     assert plain.stdout == recorded.stdout
-    assert plain.stdout.startswith("replicas 2 argv ['a1']") and len(plain.stdout.splitlines()) == 9
+    assert plain.stdout.startswith("replicas: 2 arguments: ['a1']")
+    assert len(plain.stdout.splitlines()) == 9
     path = program / "traces" / "trace-0.npz"
     assert f"trace written to traces/trace-0.npz" in recorded.stderr
     assert "8 step(s) run, 8 recorded" in recorded.stderr
@@ -92,7 +59,7 @@ def test_a_program_that_raises_keeps_its_trace_and_its_own_traceback(program):
     traceback = run.stderr[run.stderr.index("Traceback"):]
     assert traceback.splitlines()[1].strip().startswith(f'File "{program / "train.py"}"')
     assert "mirrortutor" not in traceback.split("ValueError")[0]
-    assert "ValueError: the program's own mistake" in traceback
+    assert "ValueError: this program was asked to fail (--fail)" in traceback
     assert mt.Trace.load(program / "failed" / "trace-0.npz").steps_run == 5
 
 
@@ -133,3 +100,70 @@ def test_the_substitution_is_undone_and_errors_are_mirrortutors(tmp_path):
     assert tf.distribute.MirroredStrategy is original and created == []
     with pytest.raises(mt.errors.ProgramError, match="There is no program"):
         run_program(tmp_path / "none.py", out=tmp_path)
+
+
+#: The same loop under MultiWorkerMirroredStrategy: each worker runs this file with its TF_CONFIG.
+WORKER = """
+import keras, numpy as np, tensorflow as tf
+keras.utils.set_random_seed(0)
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+x = np.random.default_rng(0).normal(size=(32, 3)).astype("float32")
+data = strategy.experimental_distribute_dataset(
+    tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True))).batch(8))
+with strategy.scope():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.SGD(0.1)
+
+def step(xb, yb):
+    with tf.GradientTape() as tape:
+        loss = tf.nn.compute_average_loss(tf.square(model(xb) - yb)[:, 0], global_batch_size=8)
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                  model.trainable_variables))
+    return loss
+
+@tf.function
+def train(batch):
+    return strategy.reduce("SUM", strategy.run(step, args=batch), axis=None)
+
+for batch in data:
+    print(float(train(batch)))
+"""
+
+#: Both workers in one private network namespace (their servers listen on every interface).
+LAUNCH = """
+import json, os, socket, subprocess, sys
+import mirrortutor as mt
+os.chdir(FOLDER)
+ports = []
+for _ in range(2):
+    with socket.socket() as s:
+        s.bind(("localhost", 0)); ports.append(s.getsockname()[1])
+workers = [f"localhost:{p}" for p in ports]
+procs = [subprocess.Popen([sys.executable, "-m", "mirrortutor", "record", "--out", "traces",
+                           "worker.py"], env={**os.environ, "TF_CONFIG": json.dumps(
+                               mt.tf_config(workers, i))}, stdout=subprocess.PIPE, text=True)
+         for i in range(2)]
+outs = [p.communicate(timeout=240)[0] for p in procs]
+print(json.dumps({"codes": [p.returncode for p in procs], "outs": outs}))
+"""
+
+
+def test_each_worker_writes_its_own_trace_and_they_merge(tmp_path):
+    """Two worker processes under `record`: trace-worker0/1 files, which mt.WorkerTraces puts
+    together: the all-reduced gradient is the sum of all four local ones, the losses agree."""
+    import json
+
+    from conftest import run_python
+
+    (tmp_path / "worker.py").write_text(WORKER)
+    run = run_python(LAUNCH.replace("FOLDER", repr(str(tmp_path))), contained=True)
+    result = json.loads(run.stdout.splitlines()[-1])
+    assert result["codes"] == [0, 0], run.stderr[-3000:]
+    assert result["outs"][0] == result["outs"][1] and len(result["outs"][0].splitlines()) == 4
+    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == [
+        "trace-worker0-0.npz", "trace-worker1-0.npz"]
+    workers = mt.WorkerTraces.load(tmp_path / "traces")
+    assert [t.worker for t in workers.traces] == [0, 1]
+    assert workers.allreduce_error(step=0) < 1e-6
+    assert {g.variable for g in workers.traces[1].gradients(0)} == {
+        v.name for v in workers.traces[1].variables if v.trainable}
