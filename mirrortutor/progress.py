@@ -16,7 +16,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-__all__ = ["FINISHED", "Finished", "progress"]
+from .panel import show
+
+__all__ = ["FINISHED", "Finished", "progress", "static_text"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,11 @@ class Finished:
 
 #: The most recent bars that closed, newest last (bounded: a long session never fills memory).
 FINISHED: "collections.deque[Finished]" = collections.deque(maxlen=100)
+
+
+def static_text(description: str) -> str:
+    """What a stored notebook shows where a bar was: what it counted, and that it is live only."""
+    return f"{description}: progress bar, shown live while the cell runs"
 
 
 @contextmanager
@@ -46,9 +53,13 @@ def progress(total: float | None, description: str, unit: str = "step", *,
                 bar.update(1)
     """
     from tqdm.auto import tqdm
+    from tqdm.notebook import tqdm_notebook
 
+    in_notebook = issubclass(tqdm, tqdm_notebook)  # tqdm.auto chose the widget bar
     bar = tqdm(total=total, desc=description, unit=unit, leave=False, mininterval=0.2,
-               disable=disable)
+               disable=disable, **({"display": False} if in_notebook else {}))
+    if in_notebook and not disable:
+        show(bar.container, static_text(description))
     try:
         yield bar
     finally:

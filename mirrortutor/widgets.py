@@ -6,7 +6,8 @@ message in the panel, which stays usable.
 
 The panel's charts are drawn by :mod:`mirrortutor.plots.scaling`; ``loss_chart``, ``time_chart``
 and ``scaling_chart`` are re-exported here, so ``mt.widgets.loss_chart(runs)`` draws the same
-chart outside the panel. TensorFlow is imported only when a panel is made.
+chart outside the panel. TensorFlow is imported only when a panel is made. ``show(widget, text)``
+displays any widget with ``text`` as what a stored notebook shows (:mod:`mirrortutor.panel`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import plotly.graph_objects as go
 
 from .collectives import costmodel
 from .errors import MirrortutorError
+from .panel import Panel, show
 from .plots.scaling import loss_chart, scaling_chart, time_chart
 from .training import scaling as experiments
 
@@ -26,6 +28,10 @@ class ScalingLab:
     >>> lab = mt.widgets.ScalingLab()   # doctest: +SKIP
     >>> lab                              # doctest: +SKIP  (shows the panel)
     """
+
+    #: What the stored notebook shows in the panel's place (its widgets need a running kernel).
+    STATIC_TEXT = ("ScalingLab: controls for replicas, batch sizes, model and interconnect, a Run "
+                   "button and three charts. Run the notebook to use it.")
 
     def __init__(self, devices: list[str] | None = None,
                  config: experiments.ScalingConfig | None = None):
@@ -83,7 +89,7 @@ class ScalingLab:
     def _ipython_display_(self):
         from IPython.display import display
 
-        display(self.panel)
+        display(Panel(self.panel, self.STATIC_TEXT))
 
     # ---- running ----------------------------------------------------------------------------
     def config(self, **overrides) -> experiments.ScalingConfig:
@@ -162,4 +168,4 @@ class ScalingLab:
             widget.update_layout(fig.layout)
 
 
-__all__ = ["ScalingLab", "loss_chart", "scaling_chart", "time_chart"]
+__all__ = ["Panel", "ScalingLab", "loss_chart", "scaling_chart", "show", "time_chart"]

@@ -44,11 +44,14 @@ def _describe(transfer: allreduce.Transfer, chunks: int) -> str:
 def allreduce_animation(n: int = 4, algorithm: str = "ring") -> go.Figure:
     """The all-reduce step by step: ranks × chunks, coloured by how many ranks' contributions
     each cell holds (1 = only its own, n = the full sum). Arrows show the step's transfers;
-    the slider (or ▶) moves through the steps."""
+    the slider (or ▶) moves through the steps. Steps are numbered from 0, as in the simulators'
+    ``schedule_table()`` and the chunk formulas (at step ``s`` rank ``r`` sends chunk ``(r-s) mod n``);
+    the slider's first position, "start", is the state before step 0."""
     result, chunks = _counts(algorithm, n)
     states = [np.ones((n, chunks), dtype=np.int64)] + [np.asarray(s.buffers) for s in result.steps]
     titles = ["start: every rank holds only its own tensor"] + [
-        f"step {s.index + 1} of {len(result.steps)}: {s.phase}" for s in result.steps]
+        f"after step {s.index} (steps 0 to {len(result.steps) - 1}): {s.phase}"
+        for s in result.steps]
     transfers = [[]] + [s.transfers for s in result.steps]
 
     def heatmap(state):
@@ -78,7 +81,8 @@ def allreduce_animation(n: int = 4, algorithm: str = "ring") -> go.Figure:
                                         annotations=arrows(transfers[i]) + listing(transfers[i])))
               for i in range(len(states))]
     fig = go.Figure(data=[heatmap(states[0])], frames=frames)
-    steps = [dict(label=str(i), method="animate",
+    labels = ["start"] + [str(s.index) for s in result.steps]  # the tables' step numbers
+    steps = [dict(label=labels[i], method="animate",
                   args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
                                        transition=dict(duration=0))]) for i in range(len(states))]
     fig.update_layout(

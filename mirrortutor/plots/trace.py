@@ -70,10 +70,13 @@ def gradient_norms(trace: Trace, step: int) -> go.Figure:
                   barmode="group")
 
 
-def allreduce_diagram(record: AllReduceRecord, tensor: int = 0) -> go.Figure:
+def allreduce_diagram(record: AllReduceRecord, tensor: int = 0, name: str | None = None) -> go.Figure:
     """One all-reduce drawn as flows: every replica's input → the reduction → every replica.
 
-    Widths are the L2 norms of the values (inputs on the left, results on the right).
+    Widths are the L2 norms of the values (inputs on the left, results on the right). ``name``
+    titles the tensor; by default it is the destination variable's name, or "value <tensor>" for
+    the anonymous tensors of a ``batch_reduce`` (Keras's gradients: name them with
+    ``trace.reduced_gradients(step)``'s keys).
     """
     n_in = record.input_norms.shape[1]
     n_out = record.output_norms.shape[1]
@@ -94,7 +97,8 @@ def allreduce_diagram(record: AllReduceRecord, tensor: int = 0) -> go.Figure:
                   target=[mid] * n_in + list(range(mid + 1, mid + 1 + n_out)),
                   value=[max(float(v), 1e-12) for v in ins] + [max(float(v), 1e-12) for v in outs]),
     ))
-    name = record.names[tensor] if tensor < len(record.names) else f"value {tensor}"
+    if name is None:
+        name = record.names[tensor] if tensor < len(record.names) else f"value {tensor}"
     return layout(fig, f"All-reduce of {name} (step {record.step}): inputs → "
                   f"{record.reduce_op} → every replica", height=340)
 

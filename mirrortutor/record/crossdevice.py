@@ -39,9 +39,11 @@ def check_same_shapes(values: list[list]) -> None:
             sizes = [s.as_list()[0] if s.rank else None for s in shapes]
             raise BatchSplitError(
                 f"The replicas' values have different shapes ({', '.join(str(s) for s in shapes)}), "
-                f"so they cannot be added up element by element. This happens when a global batch "
-                f"does not divide evenly among {len(shapes)} replicas (here: {sizes} examples). "
-                f"Use a global batch size that is a multiple of {len(shapes)}, or batch with "
-                "drop_remainder=True; Keras fit() needs one of those. For strategy.reduce, "
-                "axis=0 (reduce along the batch) works with uneven shards."
+                f"so they cannot be added up element by element (axis=None). This happens when a "
+                f"global batch does not divide evenly among {len(shapes)} replicas (here: {sizes} "
+                "examples). Keras 3's fit() reduces its FIRST batch this way to build the model "
+                "(TensorFlowTrainer._maybe_symbolic_build), so for fit use a global batch size "
+                f"that is a multiple of {len(shapes)} (drop_remainder=True drops only the last, "
+                "short batch: it cannot even out a batch that never splits evenly). For "
+                "strategy.reduce, axis=0 (reduce along the batch) works with uneven shards."
             )

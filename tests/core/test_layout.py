@@ -21,7 +21,7 @@ MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
 #: 0 the numpy core, 1 recording (TensorFlow starts here), 2 what runs on top of it, 3 what shows
 #: or grades it. The root __init__ only re-exports lazily and is left out.
 LAYERS = {
-    "errors": 0, "validate": 0, "tables": 0, "timing": 0, "quiet": 0, "data": 0, "claims": 0, "progress": 0,
+    "errors": 0, "validate": 0, "tables": 0, "timing": 0, "quiet": 0, "data": 0, "claims": 0, "progress": 0, "panel": 0,
     "collectives": 0, "collectives.simulator": 0, "collectives.allreduce": 0,
     "collectives.costmodel": 0, "collectives.timings": 0,
     "devices": 1, "record": 1, "cli": 3, "__main__": 3,

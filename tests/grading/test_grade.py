@@ -31,7 +31,7 @@ from submissions import FORGERIES, edit, faked, forged_records, small, small_key
 FAST = 5  # seconds per cell in the small key's batch (the endless loop)
 
 MISTAKES = {  # exercise -> (student, question lost, words its reason must contain, the slip)
-    "01": ("sum_not_mean", "q1.1", "assign_add", lambda: edit("01", {"q1-1-answer": "prediction = 2.0 + 3.5"})),
+    "01": ("assign_not_add", "q1.1", "assign_add adds it", lambda: edit("01", {"q1-1-answer": "prediction = 1.0"})),
     "02": ("off_by_one", "q2.1", "ceil(58 / 4) = 15", lambda: edit("02", {"q2-1-answer": (
         "def split_sizes(global_batch_size, num_replicas):\n"
         "    per_replica = global_batch_size // num_replicas\n"
@@ -40,8 +40,8 @@ MISTAKES = {  # exercise -> (student, question lost, words its reason must conta
     "03": ("mean_of_means", "q3.1", "averaged the replicas' means", lambda: edit("03", {"q3-1-answer": (
         "def global_gradient(per_replica_means, counts):\n"
         "    return sum(np.asarray(m) for m in per_replica_means) / len(per_replica_means)")})),
-    "04": ("n_steps", "q4.1", "the ring gives", lambda: edit("04", {"q4-1-answer": source(
-        "04", "q4-1-answer").replace("range(n - 1)", "range(n)")})),
+    "04": ("adds_not_copies", "q4.1", "the ring gives", lambda: edit("04", {"q4-1-answer": source(
+        "04", "q4-1-answer").replace("] = sent[r]", "] += sent[r]")})),
     "05": ("most_gpus", "q5.1", "compare each estimate's speedup", lambda: edit("05", {"q5-1-answer": source(
         "05", "q5-1-answer").replace("key=lambda name: estimates[name].speedup",
                                      "key=lambda name: estimates[name].num_replicas")})),

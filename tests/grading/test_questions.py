@@ -60,6 +60,40 @@ def test_the_batch_split_rule_is_tensorflows(devices, n):
         assert sizes == ch02.tf_split(global_batch, n)
 
 
+def test_the_fit_rule_is_keras(devices):
+    """q2.2's fit_trains matches Keras 3 fit on 250 examples over 3 replicas: a batch of 60 (last
+    batch 10, cut 4/4/2) trains; 300 (one batch of 250, cut 84/84/82) fails in the first-batch build."""
+    import keras
+
+    data = mt.data.load("digits").take(ch02.FIT_EXAMPLES)
+    for global_batch in (60, 300):
+        strategy = mt.MirroredStrategy(devices[:ch02.FIT_REPLICAS])
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+            model.compile(optimizer="sgd",
+                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        try:
+            model.fit(data.to_tf(global_batch, with_index=False), epochs=1, verbose=0, shuffle=False)
+            trained = True
+        except mt.BatchSplitError:
+            trained = False
+        assert trained == ch02.fit_trains(global_batch), global_batch
+    assert [b for b in ch02.FIT_CHOICES if ch02.fit_trains(b)] == [60, 66]
+
+
+def test_the_ring_bytes_rule_is_the_simulators():
+    """q4.3's reference: 2·S minus chunks (r + 1) and (r + 2) mod n, the simulator's count, on the
+    public and the hidden cases."""
+    import numpy as np
+
+    from mirrortutor.grading.questions import ch04
+
+    for n, count in [*ch04.BYTE_CASES, *release.hidden_inputs(key("04"))["q4.3"]]:
+        sizes = [4 * len(c) for c in np.array_split(np.zeros(count), n)]
+        rule = [2 * sum(sizes) - sizes[(r + 1) % n] - sizes[(r + 2) % n] for r in range(n)]
+        assert ch04.ring_sent(n, count) == rule, (n, count)
+
+
 def test_the_staleness_rule_is_version_applied_minus_version_read():
     """q7.1's reference counts exactly what AsyncTrace calls staleness, from the same log."""
     for reads, applies in ch07.TIMELINES:

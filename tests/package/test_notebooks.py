@@ -82,3 +82,43 @@ def test_nbval_markers_are_spelled_so_nbval_sees_them(path):
             if "NBVAL_" in line:
                 assert line.strip().lstrip("#").strip() in MARKERS, line
                 assert src.splitlines().index(line) == 0 or "NBVAL_SKIP" in line, src
+
+
+EXERCISES = sorted((Path(__file__).resolve().parents[2] / "exercises").glob("*.ipynb"))
+#: tqdm's text: "what:  40%|████      | 2/5 [..]"; a widget's repr: "VBox(children=(…".
+FROZEN_BAR = re.compile(r"\d+%\|[^|\n]*\|\s*\d+/\d+")
+WIDGET_REPR = re.compile(r"^\s*[A-Z]\w*\((children|value|layout|description|options)=")
+
+
+def unreadable_outputs(nb) -> list[str]:
+    """Every stored output a static page would show as a frozen bar or a widget's repr."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") + "".join(out.get("data", {}).get("text/plain", ""))
+            for line in text.splitlines():
+                if FROZEN_BAR.search(line) or WIDGET_REPR.search(line):
+                    found.append(f"cell {i}: {line[:80]}")
+    return found
+
+
+def test_the_unreadable_output_check_finds_what_it_is_for():
+    """The check below fails on tqdm's frozen first frame and on an ipywidgets repr."""
+    bar = "training 8 replica(s):   0%|          | 0/6 [00:00<?, ?epoch/s]"
+    box = "VBox(children=(HBox(children=(IntSlider(value=5, description='ranks n'"
+    for text in (bar, box):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=[
+            nbformat.v4.new_output("display_data", data={"text/plain": text})])])
+        assert unreadable_outputs(nb), text
+    fine = "training 8 replica(s): progress bar, shown live while the cell runs"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=[
+        nbformat.v4.new_output("display_data", data={"text/plain": fine})])])
+    assert not unreadable_outputs(nb)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + EXERCISES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_stored_outputs_show_no_frozen_bar_and_no_widget_repr(path):
+    """What GitHub or nbviewer shows of a stored output is readable: no progress bar frozen at its
+    first frame, no `VBox(children=(…` (mirrortutor.panel gives widgets a text fallback)."""
+    found = unreadable_outputs(nbformat.read(path, as_version=4))
+    assert not found, f"{path.name}: re-run it (scripts/refresh_notebooks.py): {found}"

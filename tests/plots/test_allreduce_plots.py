@@ -121,3 +121,13 @@ def test_measured_vs_modelled_of_something_not_measured_lists_what_was():
     with pytest.raises(mt.errors.NotRecordedError,
                        match=r"NcclAllReduce.*'CollectiveAllReduce \(RING\)'"):
         allreduce_plots.measured_vs_modelled(timings, "NcclAllReduce")
+
+
+def test_animation_numbers_steps_as_the_schedule_tables_do():
+    """One numbering: the slider and the titles count steps from 0, as schedule_table() does."""
+    fig = allreduce_plots.allreduce_animation(4, "reduce_to_one")
+    table_steps = sorted({row["step"] for row in
+                          mt.allreduce.reduce_to_one([np.ones(4)] * 4).schedule_table()})
+    labels = [s.label for s in fig.layout.sliders[0].steps]
+    assert labels == ["start"] + [str(s) for s in table_steps] == ["start", "0", "1"]
+    assert fig.frames[1].layout.title.text.count("after step 0") == 1

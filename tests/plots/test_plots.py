@@ -46,6 +46,14 @@ def test_allreduce_diagram_flows_from_every_input_to_every_output(trace):
     assert list(link.value[:4]) == pytest.approx(record.input_norms[0].tolist())
 
 
+def test_allreduce_diagram_titles_an_anonymous_gradient_by_the_name_given(trace):
+    """Keras's gradients reach batch_reduce unnamed ("value 0"); name= titles them."""
+    record = trace.allreduces(step=0, path="batch_reduce")[0]
+    assert "value 0" in mt.plots.allreduce_diagram(record).layout.title.text
+    titled = mt.plots.allreduce_diagram(record, name="the gradient of dense/kernel")
+    assert "the gradient of dense/kernel" in titled.layout.title.text
+
+
 def test_variable_values_draws_every_replicas_copy_and_refuses_unkept_ones(trace, devices):
     """A line per replica through the recorded steps; a variable without kept values says why."""
     name = trace.variables[1].name  # the first bias: small, so kept whole

@@ -226,6 +226,21 @@ def test_fit_with_uneven_batch_split_gets_a_clear_error(devices):
         train_fit(s, digits(), epochs=1)
 
 
+def test_fit_trains_through_an_uneven_last_batch_when_the_first_is_even(devices):
+    """Keras 3 fit reduces only its first batch with axis=None (_maybe_symbolic_build): 250
+    examples in batches of 64 over 4 replicas (last batch 15/15/15/13) train all 4 steps."""
+    s = mt.MirroredStrategy(devices[:4])
+    with s.scope():
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+        model.compile(optimizer="sgd",
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    data = digits(250)
+    model.fit(data.to_tf(64, with_index=False), epochs=1, verbose=0, shuffle=False)
+    assert int(model.optimizer.iterations.numpy()) == 4
+    last = s.trace.example_ids(3, dataset=data)
+    assert [len(last[r]) for r in sorted(last)] == [15, 15, 15, 13]
+
+
 def test_already_reduced_gradients_are_flagged(devices):
     """Passing all-reduced gradients to a Keras optimizer (applied N times) is flagged."""
     s = mt.MirroredStrategy(devices[:2])

@@ -2,8 +2,11 @@
 
 The rule taught, :func:`tf_split`: ``experimental_distribute_dataset`` gives the first replicas
 ``ceil(global_batch_size / num_replicas)`` examples each and the next ones what is left (58 over
-4: 15, 15, 15, 13), so the last replicas may get smaller or empty shards. The tests check
-:func:`tf_split` against the real strategy, uneven batches included.
+4: 15, 15, 15, 13), so the last replicas may get smaller or empty shards. The chapter prints one
+uneven cut and no empty shard: q2.1 asks the student to find the rest of the rule by observing the
+strategy. q2.2 applies the chapter's rule for Keras 3's ``fit`` (it reduces its *first* batch with
+``axis=None``, so that batch must split evenly) to cases the chapter did not run. The tests check
+:func:`tf_split` against the real strategy, and :func:`fit_trains` against real ``fit`` runs.
 """
 
 from __future__ import annotations
@@ -43,16 +46,41 @@ def _q2_1(calls):
     return None
 
 
+# q2.2: which global batch sizes let Keras fit start, for 250 examples on 3 replicas.
+FIT_EXAMPLES, FIT_REPLICAS = 250, 3
+FIT_CHOICES = (60, 64, 66, 100, 300)
+
+
+def fit_trains(global_batch_size: int, examples: int = FIT_EXAMPLES,
+               replicas: int = FIT_REPLICAS) -> bool:
+    """Keras 3.15's fit builds the model from strategy.reduce("MEAN", first batch, axis=None)
+    (TensorFlowTrainer._maybe_symbolic_build), which needs the first batch's shards equal."""
+    first = min(global_batch_size, examples)  # a batch larger than the data holds all of it
+    return len(set(tf_split(first, replicas))) == 1
+
+
 @question("q2.2", "02_replicas_and_shards",
-          "cut a global batch of 50 over 4 replicas with the strategy; list the sizes it made",
-          right="13, 13, 13 and 11 examples: the strategy's own cut of 50 over 4, as split_sizes "
-                "predicts.")
+          "for 250 examples on 3 replicas, list the global batch sizes of 60, 64, 66, 100, 300 "
+          "with which Keras fit trains",
+          right="60 and 66: fit needs only its first batch to split evenly over the 3 replicas. "
+                "The last batches (10 and 52 examples) split unevenly and still train; 300 is a "
+                "multiple of 3, but 250 examples make one batch of 250, which does not split evenly.")
 def _q2_2(answer):
-    want = tf_split(50, 4)  # 13, 13, 13, 11: the rule q2.1 checks, on the batch of 50
-    got = integers(answer, "the observed sizes")
+    want = sorted(b for b in FIT_CHOICES if fit_trains(b))  # [60, 66]
+    got = sorted(set(integers(answer, "the batch sizes that train")))
     if got == want:
         return None
-    if got == tf_split(64, 4):
-        return "those are the full batches of 64; take the batch of 50 (digits.take(50))."
-    return (f"you listed {got}; read them from strategy.experimental_local_results(...) for one "
-            "batch of 50 over 4 replicas.")
+    if not set(got) <= set(FIT_CHOICES):
+        return f"choose among {list(FIT_CHOICES)}; you listed {got}."
+    if 300 in got:
+        return ("300 is a multiple of 3, but with 250 examples the first (and only) batch holds "
+                f"250, cut {tf_split(250, 3)}: fit cannot reduce it with axis=None.")
+    wrong = [b for b in got if not fit_trains(b)]
+    if wrong:
+        b = wrong[0]
+        return (f"a global batch of {b} makes a first batch cut {tf_split(min(b, FIT_EXAMPLES), 3)}, "
+                "and fit reduces its first batch element by element.")
+    missing = [b for b in want if b not in got][0]
+    last = FIT_EXAMPLES % missing
+    return (f"{missing} trains: its first batch splits {tf_split(missing, 3)}. Its last batch of "
+            f"{last} splits {tf_split(last, 3)}, but fit reduces only the first one that way.")

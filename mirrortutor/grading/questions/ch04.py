@@ -2,10 +2,14 @@
 
 The rules taught: in the ring's reduce-scatter, at step s rank r sends chunk ``(r - s) mod n`` to
 rank ``(r + 1) mod n``, for s = 0 … n - 2; then an all-gather of n - 1 more steps in which rank r
-forwards chunk ``(r + 1 - s) mod n``. So each rank sends 2(n - 1)/n · S bytes (Patarasuk and Yuan
-2009) only when the buffer divides into n equal chunks; otherwise (q4.2–q4.3, predict, then
-observe) each rank sends the sizes of the chunks it handles, and ranks differ. The expected values
-come from the from-scratch simulator :func:`mirrortutor.collectives.allreduce.ring`.
+forwards chunk ``(r + 1 - s) mod n`` and the receiver copies it in. So each rank sends
+2(n - 1)/n · S bytes (Patarasuk and Yuan 2009) only when the buffer divides into n equal chunks;
+otherwise each rank sends the sizes of the chunks it handles, and ranks differ.
+
+The chapter wrote out the reduce-scatter (its closing exercise) and printed bytes for equal chunks.
+The questions ask for what it did not print: the all-gather as code (q4.1), the bytes per rank for
+uneven chunks, predicted for one case (q4.2) and then written as a rule for any ring (q4.3). The
+expected values come from the from-scratch simulator :func:`mirrortutor.collectives.allreduce.ring`.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...collectives.allreduce import ring
-from ..checks import Function, Wrong, fmt, numbers, pair, question, short
+from ..checks import Function, Wrong, disagreements, fmt, numbers, question, short
 
 RING_CASES = ((4, 8), (3, 7), (5, 5), (2, 3))  # (ranks, elements); 7 over 3: chunks 3, 2, 2
 
@@ -23,25 +27,35 @@ def digit_buffers(n: int, size: int) -> tuple[list[np.ndarray]]:
     return ([np.full(size, 10.0 ** r) for r in range(n)],)
 
 
+def after_reduce_scatter(n: int, size: int) -> tuple[list[np.ndarray]]:
+    """The ring's buffers after its reduce-scatter, ranks starting from 10**r: rank r owns the
+    complete sum of chunk (r + 1) mod n (a value of all 1s), the other chunks partial sums."""
+    return (ring(*digit_buffers(n, size), record=True).steps[n - 2].buffers,)
+
+
 @question("q4.1", "04_allreduce_algorithms",
-          "write reduce_scatter(buffers): the ring's n-1 reduce-scatter steps, buffers after them",
-          right="after n - 1 steps rank r holds the full sum of chunk (r + 1) mod n, and the other "
-                "chunks hold exactly the ring's partial sums, for every ring size tried.",
-          kind=Function("reduce_scatter", RING_CASES, build=digit_buffers))
+          "write all_gather(buffers): the ring's n-1 all-gather steps, from the buffers "
+          "reduce-scatter leaves, to every rank holding the full sum",
+          right="after n - 1 all-gather steps every rank holds the full sum in every chunk: each "
+                "complete chunk travelled once round the ring and was copied in, for every ring "
+                "size tried.",
+          kind=Function("all_gather", RING_CASES, build=after_reduce_scatter))
 def _q4_1(calls):
     for (n, size), out in calls:
-        want = ring(*digit_buffers(n, size), record=True).steps[n - 2].buffers
+        want = ring(*digit_buffers(n, size)).values
         if not isinstance(out, list) or len(out) != n:
-            return f"for {n} ranks reduce_scatter returned {short(out)}; expected {n} buffers."
+            return f"for {n} ranks all_gather returned {short(out)}; expected {n} buffers."
         for r in range(n):
             got = np.asarray(out[r], dtype=float).ravel()
             if got.shape != want[r].shape:
                 return f"rank {r}'s buffer has {got.size} elements; expected {size}."
             if not np.allclose(got, want[r]):
-                return (f"with {n} ranks holding 1, 10, 100, … (one digit per rank), rank {r} ends with "
-                        f"{got.astype(int).tolist()}; the ring gives {want[r].astype(int).tolist()}. "
-                        "A 1 in a value marks each rank whose chunk was added. At step s rank r sends "
-                        "chunk (r - s) mod n to rank (r + 1) mod n, for s = 0 … n - 2.")
+                return (f"with {n} ranks that started from 1, 10, 100, … (one digit per rank), rank "
+                        f"{r} ends with {got.astype(int).tolist()}; the ring gives "
+                        f"{want[r].astype(int).tolist()}, every digit 1 once. A digit above 1 means a "
+                        "chunk was added where it should be copied; a 0 a chunk that never "
+                        "arrived. At step s rank r sends chunk (r + 1 - s) mod n to rank "
+                        "(r + 1) mod n, for s = 0 … n - 2.")
     return None
 
 
@@ -75,21 +89,30 @@ def _q4_2(answer):
             "chunk (r - s) mod n in reduce-scatter, (r + 1 - s) mod n in all-gather, 4 bytes each.")
 
 
+BYTE_CASES = ((3, 10), (4, 8), (4, 10), (5, 13), (2, 5))  # (ranks, float32 values)
+
+
+def ring_sent(n: int, count: int) -> list[int]:
+    """The bytes each rank sends in the simulator's ring of ``count`` float32 values."""
+    return ring([np.zeros(count, np.float32)] * n).bytes_sent_per_rank()
+
+
 @question("q4.3", "04_allreduce_algorithms",
-          "observe the bytes per rank with mt.allreduce.ring; pass (observed, (busiest rank, the "
-          "chunk it sends twice))",
-          right="the ring sends 56, 52 and 52 bytes: rank 0 is the busiest, because it sends chunk "
-                "0, the 4-value chunk, in both phases; ranks 1 and 2 repeat a 3-value chunk.",
-          parts="(observed, busiest)")
-def _q4_3(observed, busiest):
-    got = _per_rank(observed, "observed")
-    if got != [float(b) for b in SENT]:
-        return (f"observed is {[fmt(g) for g in got]}, but the ring sends {list(SENT)}: read "
-                "mt.allreduce.ring([...]).bytes_sent_per_rank() on 3 buffers of 10 float32 values.")
-    rank, chunk = pair(busiest, "(rank, chunk)", "the busiest rank", "its chunk")
-    if rank != 0:
-        return f"rank {fmt(rank)} sends {fmt(got[int(rank)]) if rank in (1, 2) else '?'} bytes; the busiest sends 56."
-    if chunk != 0:
-        return (f"rank 0 sends chunk (0 - s) mod 3 in reduce-scatter and (1 - s) mod 3 in "
-                f"all-gather, for s = 0, 1: which chunk comes up twice? Not {fmt(chunk)}.")
+          "write ring_bytes(num_ranks, count): the bytes each rank sends in a ring all-reduce of "
+          "count float32 values",
+          right="your ring_bytes gives every rank's bytes for any ring: a rank sends every chunk "
+                "but (r + 1) mod n in reduce-scatter and every chunk but (r + 2) mod n in "
+                "all-gather, so 2·S minus those two chunks' bytes.",
+          kind=Function("ring_bytes", BYTE_CASES))
+def _q4_3(calls):
+    for (n, count), got, want in disagreements(calls, ring_sent):
+        formula = 2 * (n - 1) / n * 4 * count
+        if len(got) != n:
+            return f"ring_bytes({n}, {count}) returned {len(got)} numbers; expected one per rank ({n})."
+        if all(abs(g - formula) < 1 for g in got):
+            return (f"ring_bytes({n}, {count}) returned {got}: about 2(n - 1)/n · S each, exact only "
+                    f"when {count} values split into {n} equal chunks. The ring sends {want}.")
+        return (f"ring_bytes({n}, {count}) returned {got}; the ring sends {want}. Which chunk does "
+                "rank r never send in each phase (np.array_split makes the first chunks the "
+                "longer ones)?")
     return None
