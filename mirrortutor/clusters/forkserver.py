@@ -13,11 +13,11 @@ it (CPython's ``multiprocessing/forkserver.py``, ``main``: EOF on ``alive_r`` ra
 CPython hands that write end to every forked task too (``_serve_one`` stores it as
 ``_forkserver._forkserver_alive_fd``), so while a task lives the server never ends, and the task's
 parent-death signal, which is tied to the server (its parent), never fires: seen as workers that
-outlived their supervisor by 0.5 to more than 50 s. So each task closes that fd first thing
+outlived their supervisor by 0.5 to more than 50 s. So each task closes that fd as it starts
 (:func:`_child`), and the server lives exactly as long as its supervisor keeps it: a supervisor
-that dies, even by SIGKILL, takes the server and with it every task. A supervisor that stops in
-order calls :func:`shutdown` after its tasks are gone: it waits for the server and for
-multiprocessing's resource tracker to end, so nothing it started outlives it.
+that dies, even by SIGKILL, takes the server and with it every task, a moment later. A
+supervisor that stops in order calls :func:`shutdown` after its tasks are gone: it ends the server
+and multiprocessing's resource tracker and waits for both, so nothing it started outlives it.
 
 :class:`ForkedProcess` gives a forked task the few ``subprocess.Popen`` methods the supervisors
 use (``pid``, ``poll``, ``kill``, ``wait``, ``returncode``), so the supervisors treat both alike.
@@ -49,10 +49,10 @@ def forkserver(preload: tuple[str, ...]) -> multiprocessing.context.BaseContext:
 def shutdown() -> None:
     """Stop this process's forkserver and resource tracker, and wait until both have ended.
 
-    Call it once every task is gone (:meth:`ForkedProcess.wait` returned): the server ends when the
-    last holder of its "alive" pipe closes it, and :func:`_child` makes this process the only one.
-    Both ``_stop`` methods are CPython's own (3.8 onwards), written for its tests; without them the
-    two processes end on their own only after this one has exited, when nobody waits for them.
+    Call it once every task is gone (:meth:`ForkedProcess.wait` returned). Both ``_stop`` methods
+    are CPython's own (3.8 onwards; "used by unit tests"): each closes this process's end of its
+    server's pipe and waits for it (``waitpid``). Without them the two end on their own only
+    after this process has exited, and nobody waits for them.
     """
     from multiprocessing import forkserver as mp_forkserver, resource_tracker
 
@@ -75,24 +75,24 @@ def _release_forkserver() -> None:
 
 def _child(target: str, args: tuple, log: str | None, name: str,
            tmpdir: str | None = None) -> None:
-    """In the forked task: let the forkserver end without us, its name, its output to ``log`` (or
-    nowhere), its temporary files in ``tmpdir``, die with the forkserver, then run ``target``
+    """In the forked task: its output to ``log`` (or nowhere), its temporary files in ``tmpdir``,
+    die with the forkserver, let the forkserver end without us, then run ``target``
     ("module:function", imported already by the forkserver's preload)."""
-    _release_forkserver()
     if tmpdir is not None:  # e.g. autograph's generated modules: they go with that folder
         os.environ["TMPDIR"] = tempfile.tempdir = tmpdir
     sink = os.open(log or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(sink, 1)
     os.dup2(sink, 2)
     os.close(sink)
-    try:
-        import ctypes
+    try:  # before the release below: the server cannot end while we hold its fd, so it is our
+        import ctypes  # parent still when the signal is tied to it
 
         libc = ctypes.CDLL(None)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the forkserver dies, we do
         libc.prctl(15, name.encode()[:15])  # PR_SET_NAME: what ps and /proc/PID/comm show
     except Exception:  # not Linux: the supervisor's own clean-up still kills its tasks
         pass
+    _release_forkserver()
     module, _, function = target.partition(":")
     getattr(importlib.import_module(module), function)(*args)
 

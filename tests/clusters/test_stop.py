@@ -1,4 +1,4 @@
-"""When a launcher's ``stop()`` returns, every process it started is gone and its temporary files too.
+"""When a launcher's ``stop()`` returns, every process it started is gone, and its temporary files.
 
 Each scenario runs in a fresh Python, as a notebook kernel would, with a temporary folder of its own
 (``TMPDIR``) and a mark in its environment that every process it starts inherits (forked ones
@@ -9,18 +9,23 @@ process that carries the mark (a process orphaned and reparented elsewhere still
 still alive, and what is left in its temporary folder. A zombie counts as gone: it holds no port,
 no file and no memory, only an exit status for its parent.
 
-The scenarios cover every launcher and way out: ``mt.MultiWorkerCluster`` (contained and not) after
-a finished job, after an exception inside the ``with`` block while the workers train, and after one
-worker was killed mid-run; ``mt.LocalCluster`` in process mode after a worker was killed and
-restarted and an exception inside the ``with`` block; ``mt.LocalCluster`` in ``in_process`` mode (which
-starts no process, and must leave none).
+The scenarios cover every launcher and way out: ``mt.MultiWorkerCluster`` after a finished job,
+after one worker was killed mid-run, and after an exception inside the ``with`` block while the
+workers train (contained, and not); ``mt.LocalCluster`` in process mode after a plain ``stop()``,
+and after a worker was killed and restarted and an exception left the ``with`` block; and
+``mt.LocalCluster`` in ``in_process`` mode, which starts no process and must leave none.
+
+The temporary folder is the scenario's own, so another program's ``pymp-*`` folder cannot be
+mistaken for this run's; ``stop_seconds`` (printed with ``-s``) is a figure, never a check.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -168,13 +173,20 @@ done()
 '''
 
 
-def _scenarios(code: str, tmp_path, contained: bool = False) -> dict:
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+@pytest.fixture
+def temp():
+    """A fresh, short temporary folder (a forkserver's socket path in it must stay < 108 bytes)."""
+    path = tempfile.mkdtemp(prefix="mt-stop-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _scenarios(code: str, temp: str, contained: bool = False) -> dict:
+    """Run ``code`` in a fresh Python whose temporary folder is ``temp``; return its report."""
     prefix = ["unshare", "-rn"] if contained else []
     if contained:  # as the course's kernel runs: its own network, loopback up
         code = "from mirrortutor.clusters.processes import loopback_up\nloopback_up()\n" + code
-    out = subprocess.run(prefix + [sys.executable, "-c", code, str(temp)], capture_output=True,
+    out = subprocess.run(prefix + [sys.executable, "-c", code, temp], capture_output=True,
                          text=True, timeout=600)
     lines = [l for l in out.stdout.splitlines() if l.startswith("REPORT")]
     assert lines, out.stderr[-4000:]
@@ -189,12 +201,12 @@ def _assert_clean(report: dict, least_seen: int) -> None:
         assert r["temp_left"] == [], f"{name}: left in the temporary folder: {r['temp_left']}"
 
 
-def test_multiworker_stop_leaves_no_process_and_no_file(tmp_path):
+def test_multiworker_stop_leaves_no_process_and_no_file(temp):
     """Launcher, forkserver and workers are all gone when stop() returns (after a finished job, a
     killed worker, an exception mid-job; contained or not), and no job folder or pymp-* folder
     is left. Before stop() the record saw at least the janitor (and, mid-job, the launcher, its
     forkserver and both workers)."""
-    report = _scenarios(MULTIWORKER, tmp_path)
+    report = _scenarios(MULTIWORKER, temp)
     assert len(report) == 4
     _assert_clean(report, least_seen=1)
     for name, r in report.items():
@@ -202,18 +214,18 @@ def test_multiworker_stop_leaves_no_process_and_no_file(tmp_path):
             assert sum("mt mw worker" in what for what in r["seen"]) == 2, r["seen"]
 
 
-def test_local_process_cluster_stop_leaves_no_process_and_no_file(tmp_path):
+def test_local_process_cluster_stop_leaves_no_process_and_no_file(temp):
     """A process-mode LocalCluster's agent, forkserver and tasks (a restarted worker included)
     are all gone when stop() returns, after an exception inside the with block too."""
-    report = _scenarios(LOCAL_PROCESS, tmp_path, contained=netns_available())
+    report = _scenarios(LOCAL_PROCESS, temp, contained=netns_available())
     assert len(report) == 2
     _assert_clean(report, least_seen=0)
-    r = report["local process cluster, stop()"]
-    assert sum("'mt " in what for what in r["seen"]) == 3, r["seen"]  # 2 workers and a ps
+    for r in report.values():  # the record saw the tasks: 2 workers and a ps
+        assert sum("'mt " in what for what in r["seen"]) == 3, r["seen"]
 
 
-def test_in_process_cluster_starts_no_process_and_leaves_none(tmp_path):
+def test_in_process_cluster_starts_no_process_and_leaves_none(temp):
     """An in_process LocalCluster runs its servers inside the kernel: nothing to start or leave."""
-    report = _scenarios(LOCAL_IN_PROCESS, tmp_path)
+    report = _scenarios(LOCAL_IN_PROCESS, temp)
     _assert_clean(report, least_seen=0)
     assert report["local in_process cluster, stop()"]["seen"] == []
