@@ -112,7 +112,7 @@ class Agent:
                         ok = self.wait_listening(job, index)
                         print(f"started {self.pid(job, index)}" if ok else "failed", flush=True)
         finally:  # quit, stdin closed (the kernel died) or a signal: leave nothing running
-            self.children.kill_all()
+            self.children.close()  # returns once every task and the forkserver have ended
 
 
 def main(argv: list[str]) -> None:

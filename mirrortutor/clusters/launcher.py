@@ -13,7 +13,11 @@ files.
 Protocol on stdout: ``started [pid, ...]`` once every worker process exists, then
 ``done [exit code, ...]`` (``-9``: killed by SIGKILL). When one worker ends badly, the others get
 ``grace`` seconds to notice (a synchronous all-reduce fails for everyone) before they are killed.
-When stdin closes (the notebook's kernel died) every worker is killed at once.
+When stdin closes (the kernel's ``stop()``, or the kernel died) every worker is killed at once.
+The launcher ends only after its workers, its forkserver and multiprocessing's resource tracker
+have ended, and the kernel's ``stop()`` waits for it: when that returns, nothing is left running.
+Each worker's temporary files (autograph's generated modules, for one) go to the run's folder, which
+``stop()`` deletes with everything else.
 """
 
 from __future__ import annotations
@@ -31,35 +35,47 @@ PRELOAD = ("tensorflow", "keras", "mirrortutor.record.multiworker", "mirrortutor
 
 
 def launch(config: dict) -> list[int]:
-    """Start every worker of ``config``, wait for them, and return their exit codes."""
+    """Start every worker of ``config``, wait for them, and return their exit codes.
+
+    Whatever happens, it returns only once every process it started is gone
+    (:meth:`~mirrortutor.clusters.processes.Children.close`): the kernel's ``stop()`` waits for
+    this process, so nothing outlives that call.
+    """
     if config["netns"]:
         loopback_up()
     run_dir = config["run_dir"]
     os.environ.pop("TF_CONFIG", None)
     children = Children()
-    for i, tf_config in enumerate(config["tf_configs"]):  # forked: TensorFlow imported once
-        children.adopt(i, ForkedProcess(PRELOAD, "mirrortutor.clusters.worker:forked",
-                                        (run_dir, i, json.dumps(tf_config)),
-                                        os.path.join(run_dir, f"worker_{i}.log"),
-                                        name=f"mt mw worker {i}"))
-    procs = [children.procs[i] for i in range(len(config["tf_configs"]))]
-    print("started", json.dumps([p.pid for p in procs]), flush=True)
-    children.on_stdin_closed(lambda: os._exit(1))  # the notebook went away: stop everything now
-    deadline = time.monotonic() + config["timeout"]
-    failed_at = None
-    while any(p.poll() is None for p in procs):
-        now = time.monotonic()
-        if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
-            failed_at = now
-        if now > deadline or (failed_at is not None and now > failed_at + config["grace"]):
-            children.kill_all()
-            break
-        time.sleep(0.05)
-    for p in procs:
-        p.wait()
-    return [p.returncode for p in procs]
+    try:
+        for i, tf_config in enumerate(config["tf_configs"]):  # forked: TensorFlow imported once
+            children.adopt(i, ForkedProcess(PRELOAD, "mirrortutor.clusters.worker:forked",
+                                            (run_dir, i, json.dumps(tf_config)),
+                                            os.path.join(run_dir, f"worker_{i}.log"),
+                                            name=f"mt mw worker {i}", tmpdir=run_dir))
+        procs = [children.procs[i] for i in range(len(config["tf_configs"]))]
+        print("started", json.dumps([p.pid for p in procs]), flush=True)
+        stopped = children.on_stdin_closed()  # the kernel said quit, or went away: stop now
+        deadline = time.monotonic() + config["timeout"]
+        failed_at = None
+        while any(p.poll() is None for p in procs):
+            now = time.monotonic()
+            if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
+                failed_at = now
+            if stopped.is_set() or now > deadline or \
+                    (failed_at is not None and now > failed_at + config["grace"]):
+                children.kill_all()
+                break
+            stopped.wait(0.05)
+        for p in procs:
+            p.wait()
+        return [p.returncode for p in procs]
+    finally:
+        children.close()
 
 
 if __name__ == "__main__":
     codes = launch(json.loads(sys.argv[1]))
-    print("done", json.dumps(codes), flush=True)
+    try:
+        print("done", json.dumps(codes), flush=True)
+    except BrokenPipeError:  # the kernel is gone: nobody to tell
+        pass

@@ -128,8 +128,10 @@ class RunningJob:
         path = os.path.join(self.run_dir, f"worker_{i}.log")
         return open(path, errors="replace").read() if os.path.exists(path) else ""
 
-    def _finish(self, kill: bool = False) -> None:
-        self._launcher.kill() if kill else self._launcher.stop()
+    def _finish(self) -> None:
+        """Stop the launcher and wait for it; it ends only after every process it started (a
+        running job's workers are killed first)."""
+        self._launcher.stop()
         self._cluster._running.discard(self)
 
 
@@ -189,9 +191,10 @@ class MultiWorkerCluster:
         return self
 
     def stop(self) -> None:
-        """Kill any running workers and delete the temporary directory. Safe to call twice."""
+        """Kill any running workers, wait until every process of this cluster is gone, then delete
+        the temporary directory (so no late write re-creates it). Safe to call twice."""
         for job in list(self._running):
-            job._finish(kill=True)
+            job._finish()
         if self._janitor is not None:
             self._janitor.done()  # deletes the directory
         self._janitor = self.directory = None

@@ -5,7 +5,8 @@ Both kinds of cluster run the same way: the notebook's kernel starts one small *
 child starts the TensorFlow processes and watches them. This module holds what both sides share:
 
 - :class:`Supervisor`, the kernel's end: start the child, talk to it in lines, stop it;
-- :class:`Children`, the supervisor's end: start, kill and wait for its own children;
+- :class:`Children`, the supervisor's end: kill and wait for its own children, and
+  :meth:`Children.close`, which returns once nothing it started is alive;
 - :func:`die_with_parent`, called by a grandchild first thing: die when the supervisor dies;
 - :class:`Janitor`: a folder removed when the kernel dies, even by SIGKILL;
 - free ports on 127.0.0.1, and the private network namespace (:func:`netns_available`,
@@ -199,7 +200,8 @@ class Supervisor:
         return line
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Say ``quit``, close its stdin, wait; kill it if it does not end. Safe to call twice."""
+        """Say ``quit``, close its stdin, wait; kill it if it does not end. Safe to call twice.
+        The supervisor ends only after all it started (:meth:`Children.close`): so do they."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
@@ -211,12 +213,6 @@ class Supervisor:
             proc.kill()
             proc.wait()
         proc.stdout.close()
-
-    def kill(self) -> None:
-        """End it at once (SIGKILL); its own children die with it."""
-        if self.proc is not None:
-            self.proc.kill()
-        self.stop()
 
 
 class Janitor:
@@ -266,15 +262,6 @@ class Children:
     def __init__(self):
         self.procs: dict[object, subprocess.Popen] = {}
 
-    def start(self, key, cmd: list[str], *, env: dict | None = None, stdout=subprocess.DEVNULL,
-              stderr=subprocess.DEVNULL) -> subprocess.Popen:
-        """Start ``cmd``; it calls :func:`die_with_parent` itself (see the module docstring)."""
-        env = dict(os.environ if env is None else env, **{PARENT_ENV: str(os.getpid())})
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                env=env)
-        self.procs[key] = proc
-        return proc
-
     def adopt(self, key, proc) -> None:
         """Keep ``proc`` (a forked task, :class:`~.forkserver.ForkedProcess`) as ``key``."""
         self.procs[key] = proc
@@ -286,14 +273,27 @@ class Children:
             proc.wait()
 
     def kill_all(self) -> None:
+        """Kill every child and wait until each is gone (a forked one: reaped by its server)."""
         for key in list(self.procs):
             self.kill(key)
 
-    def on_stdin_closed(self, then) -> None:
-        """When stdin closes (the kernel died), kill every child and call ``then()``."""
+    def close(self) -> None:
+        """Kill every child, then end the forkserver and resource tracker and wait for them: when
+        this returns, no process this supervisor started is alive (see
+        :mod:`~mirrortutor.clusters.forkserver`, "Lifetime")."""
+        self.kill_all()
+        if "multiprocessing.forkserver" in sys.modules:  # only if a task was ever forked
+            from .forkserver import shutdown
+
+            shutdown()
+
+    def on_stdin_closed(self) -> threading.Event:
+        """An event set when stdin closes: the kernel said ``quit`` and closed it, or died."""
+        closed = threading.Event()
+
         def watch() -> None:
             sys.stdin.read()
-            self.kill_all()
-            then()
+            closed.set()
 
         threading.Thread(target=watch, daemon=True).start()
+        return closed

@@ -30,7 +30,7 @@ ports. In any other kernel they listen on this machine's interfaces, and
 restarted one rejoins). Every worker dead for ``recovery_timeout`` seconds, or a ps lost, ends the
 waiting steps with :class:`~mirrortutor.errors.ClusterFailureError` (see
 :mod:`~mirrortutor.clusters.watch`), and :meth:`LocalCluster.stop` returns within seconds whatever
-the tasks' state.
+the tasks' state, once every process the cluster started has ended.
 """
 
 from __future__ import annotations
