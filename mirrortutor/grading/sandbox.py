@@ -32,8 +32,8 @@ from pathlib import Path
 
 from ..errors import SandboxError
 
-__all__ = ["ANSWERS_INSIDE", "KERNEL_NAME", "Limits", "Run", "probe", "require",
-           "seal", "shown_paths"]
+__all__ = ["ANSWERS_INSIDE", "KERNEL_NAME", "SCRATCH", "Limits", "Run", "kernel_env", "probe",
+           "require", "seal", "shown_paths"]
 
 KERNEL_NAME = "mirrortutor-sealed"
 ANSWERS_INSIDE = "/run/mirrortutor/answers.jsonl"  # where the kernel's checks append their answers
@@ -75,7 +75,7 @@ def shown_paths() -> list[str]:
     return [p for p in real if not any(p.startswith(q + "/") for q in real)]
 
 
-def _kernel_env() -> dict[str, str]:
+def kernel_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in ENV_KEPT or k.startswith("LC_")}
     env.setdefault("PATH", "/usr/bin:/bin")
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env["PATH"]])
@@ -91,7 +91,7 @@ def _spec(private: Path, submission: Path | None, limits: Limits, answers: Path)
             "runtime": str(private / "run"), "answers": str(answers),
             "answers_inside": ANSWERS_INSIDE, "scratch": SCRATCH,
             "submission": str(submission) if submission else None,
-            "tmpfs_mb": limits.tmpfs_mb, "limits": asdict(limits), "env": _kernel_env(),
+            "tmpfs_mb": limits.tmpfs_mb, "limits": asdict(limits), "env": kernel_env(),
             "handshake": True}
 
 
