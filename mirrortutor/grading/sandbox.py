@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import SandboxError
@@ -47,7 +47,9 @@ ENV_KEPT = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "PYTHONHAS
 class Limits:
     """What one sealed kernel (with every process it starts) may use."""
 
-    processes: int = 1024  # RLIMIT_NPROC: tasks (threads count) of the kernel's user, in its namespace
+    # RLIMIT_NPROC: tasks (threads count) of the kernel's user in its namespace. A TensorFlow
+    # cluster needs many (285 for exercise 08's on 2 cores; thread pools grow with the cores)
+    processes: int = field(default_factory=lambda: max(1024, 128 * (os.cpu_count() or 1)))
     memory_mb: int = 8192  # RLIMIT_DATA of each process (its heap and anonymous memory)
     file_mb: int = 64  # RLIMIT_FSIZE: the largest file it may write
     cpu_s: int = 3600  # RLIMIT_CPU of each process
@@ -65,10 +67,9 @@ class Run:
 
 def shown_paths() -> list[str]:
     """Host paths the kernel sees, read-only: the system, this Python, the package."""
-    import mirrortutor
-
+    package = Path(__file__).resolve().parents[1]  # mirrortutor/
     paths = ["/usr", "/etc", sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             str(Path(mirrortutor.__file__).parent)]
+             str(package)]
     paths += [f"/{d}" for d in ("bin", "sbin", "lib", "lib32", "lib64")
               if os.path.isdir(f"/{d}") and not os.path.islink(f"/{d}")]
     real = sorted({os.path.realpath(p) for p in paths if os.path.exists(p)})

@@ -17,7 +17,8 @@ the way ``unshare --fork --pid`` and bubblewrap arrange theirs:
    its own when the grader runs as root, as :data:`NPROC` is not enforced for root; no capabilities
    either way, ``capabilities(7)``), ``no_new_privs`` set, then ipykernel. Once its channels are
    bound (Unix sockets in the runtime folder, the only host folder it may write), it tells the
-   init, which remounts that folder read-only before any cell runs.
+   init, which remounts that folder read-only before any cell runs. A forked copy of the kernel
+   that finishes its cell ends there (a fork bomb's copies do not linger, spinning).
 
 The network namespace holds only a loopback interface (up), so nothing outside can be reached.
 Standard library only: this runs before anything else in every graded kernel.
@@ -251,6 +252,20 @@ def kernel(argv: list[str]) -> None:
         if os.read(from_init, 1) != b"s":
             sys.exit("mirrortutor sandbox: the runtime folder could not be sealed")
         os.close(to_init), os.close(from_init)
+    master = os.getpid()
+
+    def forked_copy_ends(*_) -> None:
+        """A raw os.fork() child back in the kernel's loop would be a second kernel on the same
+        channels (ipykernel refuses its messages; it spins): it ends when its cell does."""
+        if os.getpid() != master:
+            os._exit(0)
+
+    def quiet_copy() -> None:  # the channels are the master's: a copy writing to them can hang
+        sys.stdout = sys.stderr = open(os.devnull, "w")
+        app.shell.showtraceback = lambda *_, **__: os._exit(1)  # nobody would see it: end now
+
+    os.register_at_fork(after_in_child=quiet_copy)
+    app.shell.events.register("post_run_cell", forked_copy_ends)
     app.start()
 
 
