@@ -140,12 +140,15 @@ def test_no_network_connection_can_be_opened(batch, listener):
 
 
 def test_a_fork_bomb_is_stopped_by_the_process_limit(batch):
-    """RLIMIT_NPROC, per user namespace, stops the bomb at the limit (or the cell's timeout ends
-    its churn); its copies end with the cell, and the kernel runs the next question: only the
-    bomb's own answer is lost."""
-    only_lost(batch, "fork_bomb", "BlockingIOError: [Errno 11] Resource temporarily unavailable",
-              f"did not finish within {CELL_TIMEOUT} s",
-              "the check raised NameError: name 'predicted_mean' is not defined")
+    """RLIMIT_NPROC, counted in the sandbox's user namespace, bounds the bomb; the cell's
+    timeout ends it. It loses its own question and keeps the one before; the one after counts
+    when the kernel could be interrupted in time, else it is lost to the dead kernel, like any
+    kernel a cell kills (on a busy machine the bomb's copies outlast the interrupt)."""
+    lost = batch.lost("fork_bomb")
+    assert "q7.1" not in lost and "q7.2" in lost, lost
+    assert set(lost) <= {"q7.2", "q6.3"}
+    if "q6.3" in lost:
+        assert "the kernel running the notebook had died" in lost["q6.3"], lost
 
 
 def test_filling_the_disk_stops_at_the_file_size_limit(batch):
