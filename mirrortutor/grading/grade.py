@@ -63,6 +63,10 @@ SANITIZE = SANITIZE_FILE.read_text(encoding="utf-8")
 # The pytest plugin that logs each cell (a module, so the grading process imports it with -p).
 PLUGIN = "mirrortutor.grading.nbval_log"
 
+# What every graded kernel runs with, sealed or not: fixed hashing, and TensorFlow's C++ logs off
+# (a cluster's workers would print them into the cells' outputs).
+RUN_ENV = {"PYTHONHASHSEED": "0", "TF_CPP_MIN_LOG_LEVEL": "3"}
+
 # How each run's pytest starts: nbformat imports jsonschema, which imports the optional
 # rfc3987_syntax and compiles its grammar (about 2 s, every run); nbformat's notebook schema uses
 # none of the formats it checks, so the run goes without it. Half of a small submission's time.
@@ -155,7 +159,7 @@ def _grade_one(name: str, path: Path, key_nb: nbformat.NotebookNode,
                 tempfile.TemporaryDirectory(prefix="mt-grader-") as private:
             work = Path(keep) if keep else Path(tmp)
             work.mkdir(parents=True, exist_ok=True)
-            run = sandbox.seal(Path(private), path, sealed) if sealed else None
+            run = sandbox.seal(Path(private), path, sealed, RUN_ENV) if sealed else None
             records, stopped = _run_nbval(assembly.notebook, work, Path(private), run,
                                           cell_timeout, timeout, keep=keep is not None)
     except Exception as exc:  # the grader's own trouble (disk full, say): this one only
@@ -200,7 +204,7 @@ def _run_nbval(notebook: nbformat.NotebookNode, work: Path, private: Path, run: 
     answers = run.answers if run else private / "answers.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update({LOG_VARIABLE: str(log), ANSWERS_VARIABLE: str(answers), **(run.env if run else {})},
-               PYTHONHASHSEED="0", TF_CPP_MIN_LOG_LEVEL="3")
+               **RUN_ENV)
     cmd = [sys.executable, "-c", BOOT, "graded.ipynb", "-c", "pytest.ini", "--rootdir", ".",
            "-p", "no:cacheprovider", "-p", PLUGIN, "--noconftest", "-q", "--nbval",
            *_kernel_option(run), "--nbval-sanitize-with", str(SANITIZE_FILE),

@@ -96,15 +96,20 @@ def _spec(private: Path, submission: Path | None, limits: Limits, answers: Path)
             "handshake": True}
 
 
-def seal(private: Path, submission: Path | None = None, limits: Limits = Limits()) -> Run:
-    """Prepare a sealed kernel in ``private`` (a folder of the grader's, outside the view)."""
+def seal(private: Path, submission: Path | None = None, limits: Limits = Limits(),
+         env: dict[str, str] | None = None) -> Run:
+    """Prepare a sealed kernel in ``private`` (a folder of the grader's, outside the view);
+    ``env``: variables the kernel gets besides :func:`kernel_env`'s."""
     spec = _spec(private, submission, limits, private / "answers.jsonl")
+    spec["env"].update(env or {})
     (private / "seal.json").write_text(json.dumps(spec), encoding="utf-8")
     kernels = private / "jupyter" / "kernels" / KERNEL_NAME
     kernels.mkdir(parents=True)
     (kernels / "kernel.json").write_text(json.dumps({
+        # C-level output (a cluster worker's TensorFlow logs) is not a cell's, as under pytest's
+        # own kernels (ipykernel leaves fds alone when PYTEST_CURRENT_TEST is set) and the keys'
         "argv": [sys.executable, "-m", "mirrortutor.grading.seal", str(private / "seal.json"),
-                 "-f", "{connection_file}"],
+                 "-f", "{connection_file}", "--IPKernelApp.capture_fd_output=False"],
         "display_name": "Python 3 (mirrortutor, sealed for grading)", "language": "python",
         "interrupt_mode": "signal",
         "metadata": {"kernel_provisioner": {"provisioner_name": "mirrortutor-contained"}}}))

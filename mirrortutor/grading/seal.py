@@ -14,7 +14,7 @@ the way ``unshare --fork --pid`` and bubblewrap arrange theirs:
    copy, then ``pivot_root(2)`` and detaches the old root, so no other path exists. When it dies,
    the kernel kills every process left in the namespace (a fork bomb's too);
 3. the **kernel**, pid 2: its limits set (``setrlimit(2)``), its privileges dropped (a user id of
-   its own when the grader runs as root, as :data:`NPROC` is not enforced for root; no capabilities
+   its own when the grader runs as root, as ``RLIMIT_NPROC`` is not enforced for root; no capabilities
    either way, ``capabilities(7)``), ``no_new_privs`` set, then ipykernel. Once its channels are
    bound (Unix sockets in the runtime folder, the only host folder it may write), it tells the
    init, which remounts that folder read-only before any cell runs. A forked copy of the kernel
@@ -55,7 +55,8 @@ def _check(result: int, what: str) -> int:
     return result
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+def _mount(source: str | None, target: str, fstype: str | None, flags: int,
+           data: str | None = None) -> None:
     enc = lambda s: s.encode() if s is not None else None  # noqa: E731
     _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
            f"mount {source} on {target}")
@@ -129,15 +130,19 @@ def build_view(spec: dict, root: str) -> None:
     user = 1 if spec["nobody"] else 0
     for path in (root + "/tmp", root + "/dev/shm"):
         os.chmod(path, 0o1777)
-    owned = [scratch, *[os.path.join(scratch, n) for n in os.listdir(scratch)], spec["runtime"],
-             spec["answers"], *[os.path.join(spec["runtime"], n) for n in os.listdir(spec["runtime"])]]
+    runtime = spec["runtime"]  # the channels' folder and the answers file are the host's
+    owned = [scratch, *[os.path.join(scratch, n) for n in os.listdir(scratch)], runtime,
+             spec["answers"], *[os.path.join(runtime, n) for n in os.listdir(runtime)]]
     for path in owned:
         os.chown(path, user, user)
 
 
 def enter_view(root: str) -> None:
     os.chdir(root)
-    _check(_libc.syscall(PIVOT_ROOT[platform.machine()], b".", b"."), "pivot_root")
+    number = PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise OSError(f"pivot_root's system call number on {platform.machine()} is not known here")
+    _check(_libc.syscall(number, b".", b"."), "pivot_root")
     _check(_libc.umount2(b".", 2), "detach the old root")  # MNT_DETACH
     os.chdir("/")
 
