@@ -58,6 +58,7 @@ bench: $(KERNEL)
 	$(BIN)/python benchmarks/allreduce_table.py
 	$(BIN)/python benchmarks/scaling_panel.py
 	$(BIN)/python benchmarks/course_speed.py
+	$(BIN)/python benchmarks/grading_sandbox.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

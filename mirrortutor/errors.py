@@ -164,3 +164,7 @@ class JobConfigError(MirrortutorError, ValueError):
 class ProgramError(MirrortutorError, ValueError):
     """``python -m mirrortutor record`` asked to run what it cannot: a script that does not exist,
     or a trace folder it cannot write (nothing of the program has run yet)."""
+
+
+class SandboxError(MirrortutorError, RuntimeError):
+    """Grading cannot seal submissions off on this machine (or was told to seal a path it shows)."""

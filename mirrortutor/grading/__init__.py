@@ -6,6 +6,8 @@
 - :mod:`.grade`, :mod:`.marking`, :mod:`.gradebook`: grading a folder of submissions with nbval,
   judging each check's answer data in the grader's process, and the results (tables, feedback);
   :mod:`.nbval_log` is the pytest plugin that logs each graded cell and its answers;
+- :mod:`.sandbox` and :mod:`.seal`: the sealed kernel each submission runs in (namespaces, a
+  read-only view of the Python environment, limits), and its launcher;
 - ``python -m mirrortutor.grading release|grade ...`` is the command line (:mod:`.__main__`).
 
 Nothing is imported here, so the grading process's ``-p mirrortutor.grading.nbval_log`` loads

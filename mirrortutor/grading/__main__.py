@@ -51,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     marking.add_argument("--jobs", type=int, default=1,
                          help="submissions graded at once (default 1)")
     marking.add_argument("--keep", help="keep each graded notebook and pytest log in this folder")
+    marking.add_argument("--trust-submissions", action="store_true",
+                         help="where no sandbox can be made, run the submissions as yourself, "
+                         "able to read the key and change the grades (the reports say so)")
     return top
 
 
@@ -63,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {path}")
             return 0
         book = grade(args.submissions, args.key, out=args.out, cell_timeout=args.cell_timeout,
-                     timeout=args.timeout, jobs=args.jobs, keep=args.keep)
+                     timeout=args.timeout, jobs=args.jobs, keep=args.keep,
+                     trust_submissions=args.trust_submissions)
     except (MirrortutorError, OSError) as exc:  # a bad key or path: say so, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2

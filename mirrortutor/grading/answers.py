@@ -2,15 +2,15 @@
 
 ``mt.check`` judges an answer in two halves. In the student's kernel an answer's **kind** turns it
 into JSON data (:meth:`Value.export`, :meth:`Function.export`, or a question's own export); then
-the question's judge reads only that data. The student sees the verdict at once. When the grader
-runs the notebook it sets two environment variables:
+the question's judge reads only that data. The student sees the verdict at once. When the grader runs the notebook:
 
 - :data:`ANSWERS_VARIABLE` names a file; every check appends ``{"question": id, "data": ...}`` to
-  it. The grader's cell-log plugin moves the file away after each cell, so each record belongs to
-  the cell that wrote it, and the grader judges the check cells' records **in its own process**
-  with the same judges. What the kernel printed decides nothing.
-- :data:`HIDDEN_VARIABLE` names a JSON file ``{question id: [case, ...]}``: the key's hidden
-  inputs for function answers, on which the student's function is called as well.
+  it. The grader's cell-log plugin reads what each cell appended, so each record belongs to the
+  cell that wrote it, and the grader judges the check cells' records **in its own process** with
+  the same judges. What the kernel printed decides nothing;
+- the key's hidden inputs for a function answer reach the kernel only with the check that calls
+  the function on them: the graded copy of that check cell starts with :func:`hand_over`, and
+  :func:`hidden_cases` takes them back out at once. No file or variable holds them before.
 
 Nothing the kernel writes is trusted as a verdict: a redefined ``mt.check`` writes no record, a
 patched judge changes only what the kernel prints, and a forged record is just another answer,
@@ -28,11 +28,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-__all__ = ["ANSWERS_VARIABLE", "HIDDEN_VARIABLE", "NO_ANSWER", "Calls", "Function", "Value",
-           "hidden_cases", "normalised", "send", "to_data"]
+__all__ = ["ANSWERS_VARIABLE", "NO_ANSWER", "Calls", "Function", "Value", "hand_over",
+           "hidden_cases", "hidden_prefix", "normalised", "send", "to_data"]
 
 ANSWERS_VARIABLE = "MIRRORTUTOR_ANSWERS"  # the file each check appends its answer data to
-HIDDEN_VARIABLE = "MIRRORTUTOR_HIDDEN"  # the key's hidden inputs, {question: [case, ...]}
 NO_ANSWER = {"mirrortutor": "no answer"}  # the data of a `...` left in place
 MAX_ITEMS = 100_000  # an array larger than this is described, not sent
 MAX_RECORD = 1_000_000  # characters of one record; a larger answer is sent as too large
@@ -160,16 +159,27 @@ class Calls:
             yield case, call.get("result")
 
 
+_handed: dict[str, list] = {}  # hidden cases handed over for the check about to run
+
+
+def hand_over(cases: dict[str, list]) -> None:
+    """Called by the grader's copy of a check cell, first thing: that question's hidden cases."""
+    _handed.clear()
+    _handed.update(cases)
+
+
+def hidden_prefix(question: str, cases: list) -> str:
+    """The line the grader puts on top of ``question``'s check cell to hand over its cases."""
+    handed = {question: [list(c) for c in cases]}
+    return (f'__import__("mirrortutor.grading.answers").grading.answers.hand_over({handed!r})'
+            "  # the key's hidden inputs, for this check only\n")
+
+
 def hidden_cases(question: str) -> list:
-    """The key's hidden cases for ``question`` while the grader runs the notebook, else []."""
-    path = os.environ.get(HIDDEN_VARIABLE)
-    if not path:
-        return []
-    try:
-        with open(path, encoding="utf-8") as f:
-            cases = json.load(f).get(question, [])
-    except (OSError, ValueError, AttributeError):
-        return []
+    """The hidden cases handed over for ``question`` by the check cell running now, else []; the
+    hand-over is emptied, so no later cell finds them."""
+    cases = _handed.pop(question, [])
+    _handed.clear()
     return [list(c) for c in cases if isinstance(c, list)]
 
 

@@ -21,7 +21,10 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Gradebook", "QuestionResult"]
+__all__ = ["NOT_SEALED", "Gradebook", "QuestionResult"]
+
+NOT_SEALED = ("**This run was NOT sealed** (`--trust-submissions`): the submissions ran as the "
+              "teacher, able to read the key and the other submissions and to change the grades.")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Gradebook:
     key: str  # the instructor notebook graded against (its file name)
     questions: list[tuple[str, float]]  # (question id, max points), in the key's order
     results: list[QuestionResult] = field(default_factory=list)  # one per student × question
+    sealed: bool = True  # every submission ran sealed off (False: --trust-submissions, no sandbox)
 
     @property
     def students(self) -> list[str]:
@@ -110,6 +114,8 @@ class Gradebook:
             cells = [f"{_num(r.points):>5s}" for r in self._rows(s)]
             lines.append("  ".join([f"{s:{width}s}", *cells, f"{_num(self.total(s)):>3s}/"
                                     f"{_num(self.max_total)}"]))
+        if not self.sealed:
+            lines += ["", NOT_SEALED]
         lost = [(s, q, why) for s in names for q, why in self.lost(s).items()]
         if lost:
             lines += ["", "Points lost, and why:"]
@@ -122,7 +128,8 @@ class Gradebook:
                  f"Exercise `{self.key}`: **{_num(self.total(student))} of {_num(self.max_total)} "
                  "points.**", "",
                  "Each question below shows what `mt.check` says about the answer you handed in, "
-                 "as the grader judged it when it ran your notebook from the top.", ""]
+                 "as the grader judged it when it ran your notebook from the top.", "",
+                 *([NOT_SEALED, ""] if not self.sealed else [])]
         for r in self._rows(student):
             question, _, said = (r.verdict or f"{r.question} : {r.reason}").partition(" ")
             lines += [f"## {question}: {_num(r.points)} of {_num(r.max_points)}", "", said.strip(), ""]

@@ -68,8 +68,9 @@ def _judged(question: str, rec: Record | None, records: dict[int, Record], assem
     if message.startswith("Timeout of") and "waiting for output" not in message:
         return False, fail + (f"the check did not finish within {cell_timeout:g} s and was "
                               "stopped (an endless loop in the code it calls?).")
-    if "Kernel dead" in message or "waiting for output" in message or rec["error"]:
-        what = (f"the check raised {rec['error']}" if rec["error"] and "Kernel dead" not in message
+    dead = "Kernel dead" in message or "Kernel died" in message  # mid-run, or at its start
+    if dead or "waiting for output" in message or rec["error"]:
+        what = (f"the check raised {rec['error']}" if rec["error"] and not dead
                 else "the kernel running the notebook had died before this check")
         return False, fail + what + _context(records, assembly, cell, cell_timeout) + "."
     answers = [data for q, data in _answers(rec) if q == question]

@@ -15,8 +15,9 @@ plugin appends one line to that file::
 - ``text``: what the cell printed (streams and plain-text results);
 - ``answers``: the lines the kernel's checks appended to the answers file
   (``MIRRORTUTOR_ANSWERS``, see :mod:`mirrortutor.grading.answers`) while this cell ran. After
-  each cell the plugin moves that file away and reads it, so a record belongs to the cell that
-  wrote it; the grader judges the check cells' records itself.
+  each cell the plugin reads what was appended since the last cell, so a record belongs to the
+  cell that wrote it; the grader judges the check cells' records itself. (The file stays where it
+  is: a sealed kernel writes it through a bind mount of that very file.)
 
 A line is written as each cell ends, not at the end of the run, so a run the grader has to kill
 (an endless loop the kernel would not interrupt) still leaves the results of every cell before it.
@@ -42,6 +43,7 @@ __all__ = ["ANSWERS_LIMIT", "LOG_VARIABLE", "cell_text", "pytest_configure",
 LOG_VARIABLE = "MIRRORTUTOR_GRADE_LOG"  # the environment variable naming the log file
 ANSWERS_LIMIT = 4_000_000  # characters of answers read per cell; the rest is dropped
 _log: dict[str, str] = {}  # {"path": the log file}, read once and hidden from the kernel
+_read: dict[str, int] = {}  # answers file -> bytes already read
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,19 +64,20 @@ def cell_text(outputs: list[dict[str, Any]] | None) -> str:
 
 
 def take_answers(path: str | None) -> list[str]:
-    """The lines written to the answers file since the last call; the file is moved away first,
-    so the kernel's next write starts a new one."""
+    """The lines appended to the answers file since the last call (at most
+    :data:`ANSWERS_LIMIT` characters a cell; a file the kernel cut shorter is read from its start)."""
     if not path or not os.path.exists(path):
         return []
-    taken = f"{path}.taken"
     try:
-        os.replace(path, taken)
-        with open(taken, encoding="utf-8", errors="replace") as f:
+        with open(path, "rb") as f:
+            start = _read.get(path, 0)
+            start = start if start <= os.fstat(f.fileno()).st_size else 0
+            f.seek(start)
             text = f.read(ANSWERS_LIMIT)
-        os.remove(taken)
+            _read[path] = f.seek(0, os.SEEK_END)  # the rest of an over-long cell is dropped
     except OSError:
         return []
-    return [line for line in text.splitlines() if line.strip()]
+    return [line for line in text.decode("utf-8", "replace").splitlines() if line.strip()]
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -100,6 +100,24 @@ def test_release_strips_the_hidden_inputs_and_the_grader_reads_them():
         release.hidden_inputs(nb)
 
 
+def test_hidden_inputs_reach_the_kernel_only_with_the_check_that_uses_them():
+    """The graded copy of a function question's check cell hands its cases over on its first
+    line; the check takes them out at once, so a later cell finds nothing; no other cell holds
+    them."""
+    hidden = release.hidden_inputs(key("02"))
+    assembly = release.assemble(key("02"), key("02"))
+    grade._hand_over_hidden(assembly, hidden)
+    code = [c for c in assembly.notebook.cells if c.cell_type == "code"]
+    holding = [n for n, c in enumerate(code) if "hand_over" in c.source]
+    assert [assembly.check_code_cells[n] for n in holding] == ["q2.1"]
+    first, _, rest = code[holding[0]].source.partition("\n")
+    assert rest == source("02", "q2-1-check") and "[61, 7]" in first
+    scope: dict = {}
+    exec(first, scope)  # what the kernel runs first in that cell
+    assert answers.hidden_cases("q2.1") == hidden["q2.1"]
+    assert answers.hidden_cases("q2.1") == []  # taken: gone
+
+
 def test_unchanged_cells_keep_the_keys_outputs_and_changed_ones_are_cleared():
     """A cell the student left as the key has it is compared by nbval; an edited one is not."""
     nb = key("04")
@@ -228,8 +246,9 @@ def test_the_command_line_has_one_subcommand_per_step():
     assert (args.command, args.submissions, args.key, args.out, args.cell_timeout, args.timeout,
             args.jobs, args.keep) == ("grade", "subs", "k.ipynb", "grades", 5.0, 50.0, 2, "kept")
     defaults = parser().parse_args(["grade", "subs", "--key", "k.ipynb"])
-    assert (defaults.cell_timeout, defaults.timeout, defaults.jobs, defaults.keep) == \
-        (60, 600, 1, None)
+    assert (defaults.cell_timeout, defaults.timeout, defaults.jobs, defaults.keep,
+            defaults.trust_submissions) == (60, 600, 1, None, False)
+    assert parser().parse_args(["grade", "s", "--key", "k", "--trust-submissions"]).trust_submissions
 
 
 @pytest.mark.parametrize("argv, words", [
