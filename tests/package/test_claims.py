@@ -34,9 +34,12 @@ CLAIMS: dict[str, list[str]] = {
         "02-contiguous-shards",
         "02-uneven-last-batch",
         "02-each-example-once",
+        "02-split-depends-on-policy",
         "02-axis-none-vs-axis-0",
+        "02-plain-tf-addn-error",
         "02-fit-fails-on-uneven-first-batch",
         "02-fit-needs-even-first-batch",
+        "02-validation-needs-even-first-batch",
     ],
     "03_gradients_allreduce": [
         "03-allreduce-equals-one-device",
