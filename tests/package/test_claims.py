@@ -23,12 +23,14 @@ CLAIMS: dict[str, list[str]] = {
         "00-reduce-sum-and-mean",
     ],
     "01_mirrored_variable": [
+        "01-contexts",
         "01-none-each-writes-its-own",
         "01-aggregations-as-the-table-says",
         "01-assign-add-combines-increments",
         "01-tf-test-case",
         "01-assignments-use-reduction-to-one",
         "01-only-none-drifts",
+        "01-on-read-cross-replica-write",
     ],
     "02_replicas_and_shards": [
         "02-contiguous-shards",
