@@ -38,6 +38,12 @@ from .links import LINKS, MEASURED
 from .simulator import check_algorithm, check_num_ranks
 
 
+#: The bandwidth (bytes/s) a fitted link reports when the fit found no per-byte cost (its least-
+#: squares beta came out <= 0, so the term was dropped): beta = 1/this is 0 to float precision.
+#: :attr:`Interconnect.per_byte_cost_measured` tells such a link from a real one.
+UNMEASURED_BANDWIDTH = 1e30
+
+
 @dataclass(frozen=True)
 class Interconnect:
     """A link between replicas, reduced to the two numbers the model needs.
@@ -65,6 +71,12 @@ class Interconnect:
     def __post_init__(self) -> None:
         quantity("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s, positive=True)
         quantity("latency_s", self.latency_s)
+
+    @property
+    def per_byte_cost_measured(self) -> bool:
+        """False for a fitted link whose per-byte term could not be measured (see
+        :data:`UNMEASURED_BANDWIDTH`): its bandwidth is a placeholder, not a measurement."""
+        return self.bandwidth_bytes_per_s < UNMEASURED_BANDWIDTH
 
     @property
     def alpha(self) -> float:

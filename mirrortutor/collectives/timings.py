@@ -126,7 +126,11 @@ class AllReduceTimings:
     def model_fit(self, implementation: str) -> costmodel.Interconnect:
         """One alpha and one beta for all replica counts at once (least squares on
         ``t = a(n)·alpha + b(n)·S·beta``), as a cost-model link: does the model's dependence on
-        ``n`` explain what was measured here?"""
+        ``n`` explain what was measured here? The model has no constant term, so ``alpha`` also
+        takes up any fixed cost per call (dispatch, reading the result back). When the times do
+        not grow with size, the fitted beta is <= 0: the bandwidth term is dropped, and the link
+        says so (``per_byte_cost_measured`` is False, its source text too) rather than report a
+        made-up bandwidth."""
         rows = self.select(implementation)
         algorithm = costmodel.algorithm_for(rows[0].implementation) if rows else None
         if algorithm is None or len({(r.replicas, r.bytes) for r in rows}) < 2:
@@ -143,11 +147,13 @@ class AllReduceTimings:
         if alpha < 0 or beta <= 0:  # keep times positive: drop the offending term and refit
             col = 1 if alpha < 0 else 0
             only = float(x[:, col] @ y / (x[:, col] @ x[:, col]))
-            alpha, beta = (0.0, only) if col == 1 else (only, 1e-30)
+            alpha, beta = (0.0, only) if col == 1 else (only, 1.0 / costmodel.UNMEASURED_BANDWIDTH)
+        dropped = ("; no per-byte cost measurable: the fitted beta was <= 0, so the bandwidth "
+                   "term was dropped" if beta * costmodel.UNMEASURED_BANDWIDTH <= 1.0 else "")
         return costmodel.Interconnect(
             f"measured here: {rows[0].implementation}", 1.0 / beta, float(alpha),
             f"least-squares fit of t = a(n)·alpha + b(n)·S·beta ({algorithm}) to {len(rows)} "
-            f"times measured on this machine ({self.note})")
+            f"times measured on this machine ({self.note}){dropped}")
 
     def table(self) -> str:
         """nccl-tests-style text: one block per implementation and replica count."""

@@ -200,9 +200,10 @@ def measured_vs_modelled(timings, implementation: str = "CollectiveAllReduce (RI
     fig.update_xaxes(title="bytes per replica S", type="log")
     fig.update_yaxes(title="time per all-reduce (µs)", type="log")
     # timings.note is timing.measured_here: where the times come from, and what they cannot say
+    beta = (f"1/({fitted.bandwidth_bytes_per_s / 1e9:.3g} GB/s)" if fitted.per_byte_cost_measured
+            else "0 (no per-byte cost measurable: the fitted beta was <= 0, so it was dropped)")
     note = (f"{timings.note}. Dashed: {algorithm} cost model with alpha = "
-            f"{fitted.alpha * 1e6:.3g} µs, beta = "
-            f"1/({fitted.bandwidth_bytes_per_s / 1e9:.3g} GB/s) fitted to these points by least "
+            f"{fitted.alpha * 1e6:.3g} µs, beta = {beta} fitted to these points by least "
             "squares.")
     return layout(fig, f"{name}: measured on this machine vs the model",
                   note=wrap(note, 130), height=480, left=_LEFT, bottom=60)

@@ -41,9 +41,10 @@ def check_same_shapes(values: list[list]) -> None:
                 f"The replicas' values have different shapes ({', '.join(str(s) for s in shapes)}), "
                 f"so they cannot be added up element by element (axis=None). This happens when a "
                 f"global batch does not divide evenly among {len(shapes)} replicas (here: {sizes} "
-                "examples). Keras 3's fit() reduces its FIRST batch this way to build the model "
-                "(TensorFlowTrainer._maybe_symbolic_build), so for fit use a global batch size "
-                f"that is a multiple of {len(shapes)} (drop_remainder=True drops only the last, "
+                "examples). Keras 3's fit() and evaluate() reduce the FIRST batch of each call "
+                "this way, validation_data included (TensorFlowTrainer._maybe_symbolic_build), so "
+                "make that first batch (the global batch size, or the whole dataset if smaller) "
+                f"a multiple of {len(shapes)} (drop_remainder=True drops only the last, "
                 "short batch: it cannot even out a batch that never splits evenly). For "
                 "strategy.reduce, axis=0 (reduce along the batch) works with uneven shards."
             )

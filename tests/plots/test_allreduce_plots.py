@@ -107,6 +107,23 @@ def test_measured_vs_modelled_draws_the_model_of_the_algorithm_tf_ran(implementa
     assert note.startswith(measured_here("CPU")) and f"Dashed: {algorithm} cost model" in note
 
 
+def test_a_fit_whose_times_do_not_grow_with_size_says_it_measured_no_bandwidth():
+    """Times flat in S give a least-squares beta <= 0: the fit drops the term and says so
+    (chapter 04's CPU timings), instead of reporting a bandwidth of 1e21 GB/s."""
+    rows = [Measurement("CollectiveAllReduce (RING)", "auto", n, size, 1e-3 * n + (5e-3 if size
+                        == 10_000 else 0.0), 1.0, 1.0, "CPU", 5)
+            for n in (2, 4) for size in (10_000, 1_000_000)]
+    flat = AllReduceTimings(rows)
+    fitted = flat.model_fit("CollectiveAllReduce (RING)")
+    assert not fitted.per_byte_cost_measured and "no per-byte cost measurable" in fitted.source
+    assert fitted.alpha > 0
+    note = allreduce_plots.measured_vs_modelled(flat, "CollectiveAllReduce (RING)").layout \
+        .annotations[0].text.replace("<br>", " ")
+    assert "no per-byte cost measurable" in note and "GB/s" not in note
+    assert timings_of("CollectiveAllReduce (RING)").model_fit(
+        "CollectiveAllReduce (RING)").per_byte_cost_measured  # a real bandwidth stays measured
+
+
 def test_measured_vs_modelled_without_a_model_names_the_ones_with_one():
     """An implementation the cost model cannot price is a clear error, not a wrong curve."""
     timings = timings_of("HierarchicalCopyAllReduce")

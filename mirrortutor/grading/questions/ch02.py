@@ -1,6 +1,8 @@
 """Chapter 02 · Replicas and shards: how a global batch is cut into per-replica batches.
 
-The rule taught, :func:`tf_split`: ``experimental_distribute_dataset`` gives the first replicas
+The rule taught, :func:`tf_split`: with one worker and the default auto-shard policy (AUTO, whose
+DATA rewrite swaps in the legacy ``RebatchDataset``: ``_AutoShardDataset``,
+tensorflow/python/data/experimental/ops/distribute.py), ``experimental_distribute_dataset`` gives the first replicas
 ``ceil(global_batch_size / num_replicas)`` examples each and the next ones what is left (58 over
 4: 15, 15, 15, 13), so the last replicas may get smaller or empty shards. The chapter prints one
 uneven cut and no empty shard: q2.1 asks the student to find the rest of the rule by observing the
@@ -27,9 +29,9 @@ SPLIT_CASES = ((64, 4), (58, 4), (50, 4), (13, 4), (5, 4), (58, 3), (13, 8), (7,
 
 @question("q2.1", "02_replicas_and_shards",
           "write split_sizes(global_batch_size, num_replicas): each replica's per-replica batch",
-          right="your split_sizes cuts every batch as TensorFlow does: ceil(B / n) examples for "
-                "the first replicas, the rest for the next, then empty shards (58 over 4: "
-                "15, 15, 15, 13).",
+          right="your split_sizes cuts every batch as TensorFlow does with one worker and the "
+                "default auto-shard policy: ceil(B / n) examples for the first replicas, the rest "
+                "for the next, then empty shards (58 over 4: 15, 15, 15, 13).",
           kind=Function("split_sizes", SPLIT_CASES))
 def _q2_1(calls):
     for (g, n), got, want in disagreements(calls, tf_split):
@@ -62,7 +64,8 @@ def fit_trains(global_batch_size: int, examples: int = FIT_EXAMPLES,
 @question("q2.2", "02_replicas_and_shards",
           "for 250 examples on 3 replicas, list the global batch sizes of 60, 64, 66, 100, 300 "
           "with which Keras fit trains",
-          right="60 and 66: fit needs only its first batch to split evenly over the 3 replicas. "
+          right="60 and 66: fit needs only the first batch of the call to split evenly over the 3 "
+                "replicas (the first batch of evaluate and of validation_data too). "
                 "The last batches (10 and 52 examples) split unevenly and still train; 300 is a "
                 "multiple of 3, but 250 examples make one batch of 250, which does not split evenly.")
 def _q2_2(answer):
