@@ -49,6 +49,8 @@ claims               claim
 record.mirrored      MirroredStrategy
 record.records       Recording
 record.trace         Trace
+record.parameter_server ParameterServerStrategy ClusterCoordinator
+record.ps_trace      ParameterServerTrace
 clusters.ps          LocalCluster ClusterInfo
 training.asyncsgd    AsyncSGD
 training.asynctrace  AsyncTrace UpdateRecord
@@ -64,7 +66,7 @@ training.strategyrun StrategyRun
 errors               MirrortutorError ReplicaCountError DevicesAlreadyInitializedError
 errors               BatchSplitError OutsideScopeError UnknownDatasetError ClusterConfigError
 errors               ClusterStateError WorkerIndexError JobConfigError ClaimError
-errors               ExposedPortWarning
+errors               ExposedPortWarning RecordingTypeError
 """
 
 #: public name -> (module, attribute); attribute None: the module itself.
