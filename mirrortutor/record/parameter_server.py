@@ -77,7 +77,9 @@ class ParameterServerStrategy(_TF_STRATEGY):
     :class:`~mirrortutor.record.ps_trace.ParameterServerTrace`.
 
     Same arguments as TF's (``cluster_resolver``, ``variable_partitioner``), plus ``recording``.
-    Use it with :class:`ClusterCoordinator` exactly as with TF's; read ``strategy.trace``.
+    Use it with a ``ClusterCoordinator`` exactly as with TF's; read ``strategy.trace``. Its
+    coordinator is made with it (TF makes one at the first ``scope()``, a recording one here), so
+    ``ClusterCoordinator(strategy)``, TF's class or ours, returns the recording coordinator.
     """
 
     def __init__(self, cluster_resolver, variable_partitioner=None, *,
@@ -90,6 +92,10 @@ class ParameterServerStrategy(_TF_STRATEGY):
         self._trace.version_variable = f"{VERSION_NAME} on {self._version.device}"
         self._pending: list[tuple[int, str, object]] = []  # (order, function name, RemoteValue)
         self._log_lock = threading.Lock()
+        # TF keeps one coordinator per strategy and makes its own the first time the scope is
+        # entered (ParameterServerStrategyV2Extended._resource_creator_scope), after which
+        # ClusterCoordinator(strategy) returns that one. Made now, the recording one is it.
+        ClusterCoordinator(self)
 
     @property
     def trace(self) -> ParameterServerTrace:
@@ -124,7 +130,7 @@ class ParameterServerStrategy(_TF_STRATEGY):
                     still.append((order, name, value))
                     continue
                 try:
-                    _, (worker, started, ended, read, before) = value.fetch()
+                    worker, started, ended, read, before = value.fetch()["log"]
                 except Exception as exc:  # the function failed or was cancelled: TF's error
                     self._trace.failures.append(
                         FailedRecord(order, name, f"{type(exc).__name__}: {exc}"))
@@ -148,10 +154,10 @@ class _RecordedRemoteValue(_TF_REMOTE_VALUE):
         self._inner = inner
 
     def fetch(self):
-        return self._inner.fetch()[0]
+        return self._inner.fetch().get("result")
 
     def get(self):
-        return self._inner.get()[0]
+        return self._inner.get().get("result")
 
 
 class ClusterCoordinator(_TF_COORDINATOR):
@@ -219,7 +225,9 @@ class ClusterCoordinator(_TF_COORDINATOR):
                                                       T=tf.int64)
             with tf.control_dependencies([before]):
                 ended = tf.timestamp()
-            return result, (tf.cast(worker, tf.int64), started, ended, read, before)
+            log = (tf.cast(worker, tf.int64), started, ended, read, before)
+            # A function returning None: TF copies no result (a None inside a structure fails).
+            return {"log": log} if result is None else {"log": log, "result": result}
 
         recorded.__name__ = f"recorded_{getattr(fn, '__name__', 'fn')}"
         wrapped = tf.function(recorded, autograph=False)

@@ -71,13 +71,72 @@ with LocalCluster(workers=2, ps=2) as cluster:
 print("REPORT" + json.dumps(report))
 '''.replace("PROGRAM", repr(PROGRAM)).replace("STEPS", str(STEPS))
 
+KILL_SCENARIO = r'''
+import json, time, warnings
+import mirrortutor as mt
+mt.setup(2, quiet=True)
+import tensorflow as tf
+from mirrortutor.clusters.ps import LocalCluster
+warnings.simplefilter("ignore")
+report = {}
+with LocalCluster(workers=2, ps=1) as cluster:
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster.info.spec), rpc_layer="grpc")
+    strategy = mt.ParameterServerStrategy(resolver)
+    with strategy.scope():
+        w = tf.Variable(tf.zeros((32, 32)))
 
-@pytest.fixture(scope="module")
-def report() -> dict:
-    result = run_python(SCENARIO, timeout=240)
+    @tf.function
+    def work():
+        x = tf.random.normal((32, 32))
+        for _ in range(10):
+            x = tf.tanh(x @ (w + 1e-3))
+        w.assign_add(1e-6 * x)
+
+    # Made after the scope was entered (TF then already made one): still the recording one.
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    report["coordinator"] = type(coordinator).__module__
+    values = [coordinator.schedule(work) for _ in range(150)]
+    while strategy.trace.steps_run + len(strategy.trace.failures) < 20:
+        time.sleep(0.005)
+    cluster.kill_worker(1)
+    cluster.restart_worker(1)  # TF picks it up again by itself
+    coordinator.join()
+    report["fetched"] = [v.fetch() for v in values[:3]]  # work returns None, as in plain TF
+    t = strategy.trace
+    report["killed"] = {"scheduled": t.scheduled, "logged": sorted(f.schedule for f in t.functions),
+                        "failures": len(t.failures), "counted": t.versions_counted,
+                        "written": sorted(f.version_written for f in t.functions),
+                        "unlogged": t.unlogged_versions(), "repeated": t.repeated_versions(),
+                        "summary": t.summary()}
+print("REPORT" + json.dumps(report))
+'''
+
+
+def _report(code: str) -> dict:
+    result = run_python(code, timeout=240)
     lines = [x for x in result.stdout.splitlines() if x.startswith("REPORT")]
     assert lines, f"scenario failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     return json.loads(lines[-1][len("REPORT"):])
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    return _report(SCENARIO)
+
+
+@pytest.fixture(scope="module")
+def killed() -> dict:
+    return _report(KILL_SCENARIO)
+
+
+def test_the_coordinator_records_however_it_is_made(killed):
+    """TF makes a coordinator at the strategy's first scope() and returns that one from
+    ClusterCoordinator(strategy) after; the recording strategy's is the recording one, so TF's
+    own class, called after the model was built in scope, gives it too. A function returning
+    None gives None, as in plain TF."""
+    assert killed["coordinator"] == "mirrortutor.record.parameter_server"
+    assert killed["fetched"] == [None, None, None]
 
 
 def test_the_program_runs_the_same_under_stock_tf_and_recorded(report):
@@ -130,6 +189,21 @@ def test_versions_read_precede_versions_written_and_each_is_written_once(report)
     assert written == list(range(1, STEPS + 1)) and trace["versions_counted"] == STEPS
     assert trace["unlogged"] == []
     assert all(0 <= f[2] < f[3] for f in trace["functions"])
+
+
+def test_a_worker_killed_mid_run_leaves_every_function_logged_once_and_lost_runs_flagged(killed):
+    """After a worker dies, TF runs the function it was running again on another worker. Each
+    schedule is still logged once (the log is the coordinator's copy of the results); a run whose
+    update reached the ps but whose results were lost shows as a version counted and never
+    logged, and the counts add up: counted = logged + unlogged, no version written twice."""
+    killed = killed["killed"]
+    assert killed["scheduled"] == 150 and killed["failures"] == 0
+    assert killed["logged"] == list(range(150))
+    assert killed["repeated"] == []
+    assert killed["counted"] == 150 + len(killed["unlogged"])
+    assert sorted(killed["written"] + killed["unlogged"]) == list(range(1, killed["counted"] + 1))
+    if killed["unlogged"]:
+        assert "with no logged function" in killed["summary"]
 
 
 def test_the_trace_file_keeps_the_log(report):
