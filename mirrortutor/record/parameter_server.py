@@ -19,8 +19,13 @@ tutorial as it stands (``ParameterServerStrategy(cluster_resolver)``, ``ClusterC
 No lock is added: TF runs the program's reads and updates exactly as without the recording, so
 the versions say what happened on TensorFlow's parameter server as it is. What the recording does
 change: the scheduled function waits for one read of the counter before it starts and does one
-increment on ps 0 after it ends (timing, not numbers), and TF copies every function's results to
-the coordinator, also those the program never fetches.
+increment on ps 0 after it ends (timing, not numbers); TF copies every function's results to
+the coordinator, also those the program never fetches; and the coordinator is made with the
+strategy, where TF makes it at the strategy's first ``scope()``.
+
+Measured here (2 cores, process-mode ``mt.LocalCluster``): 40 steps of TF's tutorial loop over 2
+workers and 2 ps, each logged once, staleness 0 or 1; a worker killed and restarted mid-run left
+every schedule logged once and one version counted with no log (TF ran that function again).
 """
 
 from __future__ import annotations
