@@ -50,6 +50,8 @@ record.mirrored      MirroredStrategy
 record.records       Recording
 record.trace         Trace
 record.workers       WorkerTraces
+record.parameter_server ParameterServerStrategy ClusterCoordinator
+record.ps_trace      ParameterServerTrace
 clusters.ps          LocalCluster ClusterInfo
 training.asyncsgd    AsyncSGD
 training.asynctrace  AsyncTrace UpdateRecord
@@ -65,7 +67,7 @@ training.strategyrun StrategyRun
 errors               MirrortutorError ReplicaCountError DevicesAlreadyInitializedError
 errors               BatchSplitError OutsideScopeError UnknownDatasetError ClusterConfigError
 errors               ClusterStateError WorkerIndexError JobConfigError ClaimError
-errors               ExposedPortWarning
+errors               ExposedPortWarning RecordingTypeError
 """
 
 #: public name -> (module, attribute); attribute None: the module itself.

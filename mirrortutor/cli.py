@@ -4,7 +4,7 @@
     python -m mirrortutor run    [--replicas N] train.py [ARGS…]
 
 ``record`` runs the program with mirrortutor's recording strategies in place of
-``tf.distribute.MirroredStrategy`` and ``MultiWorkerMirroredStrategy``
+``tf.distribute.MirroredStrategy``, ``MultiWorkerMirroredStrategy`` and ``ParameterServerStrategy``
 (:mod:`mirrortutor.record.substitute`), writes one trace file per strategy it created (the
 format of ``trace.save``, with the step timeline on), and says where the files are and what
 ``mt.diagnose`` makes of the recorded steps. ``run`` runs the same program on the same devices with
@@ -116,9 +116,10 @@ def _report(run) -> None:
     """Where the traces went and what mt.diagnose says of them, on standard error."""
     say = lambda text="": print(text, file=sys.stderr)  # noqa: E731
     if not run.strategies:
-        say(f"mirrortutor: {run.script} created no tf.distribute.MirroredStrategy or "
-            "MultiWorkerMirroredStrategy, so there was nothing to record. Record a program that "
-            "creates one (its training runs under strategy.scope() and strategy.run or fit).")
+        say(f"mirrortutor: {run.script} created no tf.distribute.MirroredStrategy, "
+            "MultiWorkerMirroredStrategy or ParameterServerStrategy, so there was nothing to "
+            "record. Record a program that creates one (its training runs under "
+            "strategy.scope() and strategy.run, fit or a ClusterCoordinator).")
         return
     from .training.diagnose import diagnose
 

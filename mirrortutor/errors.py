@@ -114,6 +114,12 @@ class OutsideScopeError(MirrortutorError, ValueError, AssertionError):
     """
 
 
+class RecordingTypeError(MirrortutorError, TypeError):
+    """A recording drop-in given the wrong kind of thing to record with: ``recording=`` that is
+    not an ``mt.Recording``, or ``mt.ClusterCoordinator`` given TensorFlow's own (unrecorded)
+    ``ParameterServerStrategy``."""
+
+
 class ClusterConfigError(MirrortutorError, ValueError):
     """A local cluster asked for with impossible settings: no workers, taken ports, a bad mode."""
 

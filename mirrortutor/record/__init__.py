@@ -8,6 +8,8 @@
 - :mod:`.crossdevice`: what is recorded of each all-reduce;
 - :mod:`.mirrored`, :mod:`.multiworker`: ``mt.MirroredStrategy`` and
   ``mt.MultiWorkerMirroredStrategy``;
+- :mod:`.parameter_server`, :mod:`.ps_trace`: ``mt.ParameterServerStrategy`` and
+  ``mt.ClusterCoordinator``, and the placement and scheduled-function log they record;
 - :mod:`.tf_internals` (the strategies' half) and :mod:`.tf_internals.cluster` (the clusters'
   half): the one wall behind which every use of TensorFlow's private API lives.
 

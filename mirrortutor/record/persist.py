@@ -24,7 +24,9 @@ are written exactly, non-finite ones as ``NaN`` / ``Infinity``) or one of these 
   ``SyncRecord``, ``SkippedRecord``, ``StepRecords``, ``TimelineRecord``, ``ReductionStamps``, …),
   its fields by name;
 - ``{"$trace": {...}}``: a :class:`~mirrortutor.record.trace.Trace`, the fields of
-  :meth:`~mirrortutor.record.trace.Trace.state`.
+  :meth:`~mirrortutor.record.trace.Trace.state`; ``"class": "ParameterServerTrace"`` beside it
+  for a :class:`~mirrortutor.record.ps_trace.ParameterServerTrace` (its records:
+  ``PlacementRecord``, ``ScheduledRecord``, ``FailedRecord``).
 
 Reading is lenient where it can be: a record's unknown fields are ignored and missing ones take
 their defaults, so a version that adds fields still reads version 1. A file of a newer version
@@ -44,6 +46,7 @@ import numpy as np
 
 from ..errors import TraceFileError
 from . import records
+from .ps_trace import PS_RECORDS, ParameterServerTrace
 from .trace import Trace
 
 VERSION = 1  # the format version this module writes; it reads every version up to it
@@ -51,7 +54,8 @@ RECORDS = {cls.__name__: cls for cls in (
     records.Recording, records.VariableRecord, records.VariableSnapshot, records.ShardRecord,
     records.AllReduceRecord, records.OutputRecord, records.SyncRecord, records.SkippedRecord,
     records.StepRecords, records.GradientRecord, records.TimelineRecord,
-    records.ReductionStamps)}
+    records.ReductionStamps, *PS_RECORDS)}
+TRACES = {cls.__name__: cls for cls in (Trace, ParameterServerTrace)}
 
 
 def _encode(value, arrays: dict):
@@ -66,7 +70,8 @@ def _encode(value, arrays: dict):
         arrays[key] = value
         return {"$array": key}
     if isinstance(value, Trace):
-        return {"$trace": {k: _encode(v, arrays) for k, v in value.state().items()}}
+        kind = {} if type(value) is Trace else {"class": type(value).__name__}
+        return {"$trace": {k: _encode(v, arrays) for k, v in value.state().items()}, **kind}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {"$record": type(value).__name__,
                 "fields": {f.name: _encode(getattr(value, f.name), arrays)
@@ -100,7 +105,11 @@ def _decode(value, arrays, kinds: dict):
     if "$map" in value:
         return {_decode(k, arrays, kinds): _decode(v, arrays, kinds) for k, v in value["$map"]}
     if "$trace" in value:
-        return Trace.from_state({k: _decode(v, arrays, kinds) for k, v in value["$trace"].items()})
+        cls = TRACES.get(value.get("class", "Trace"))
+        if cls is None:
+            raise TraceFileError(f"the file holds a trace of kind {value['class']!r}, which this "
+                                 "version of mirrortutor does not know; upgrade mirrortutor.")
+        return cls.from_state({k: _decode(v, arrays, kinds) for k, v in value["$trace"].items()})
     if "$record" in value:
         cls = kinds.get(value["$record"])
         if cls is None:

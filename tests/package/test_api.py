@@ -18,6 +18,7 @@ DOCUMENTED = {
     "WorkerResult", "train_job", "tf_config", "JobConfigError",
     "SyncSGD", "SyncTrace", "SyncStep", "ps_plots", "claim", "ClaimError", "diagnose",
     "StrategyComparison", "StrategyRun", "compare_strategies",
+    "ParameterServerStrategy", "ClusterCoordinator", "ParameterServerTrace", "RecordingTypeError",
 }
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -67,7 +67,8 @@ def test_a_program_without_a_strategy_is_told_so(tmp_path):
     (tmp_path / "hello.py").write_text("print('hello')\n")
     run = cli("record", "--out", "t", "hello.py", cwd=tmp_path)
     assert run.returncode == 0 and run.stdout == "hello\n"
-    assert "created no tf.distribute.MirroredStrategy or MultiWorkerMirroredStrategy" in run.stderr
+    assert "created no tf.distribute.MirroredStrategy, MultiWorkerMirroredStrategy or " \
+        "ParameterServerStrategy" in run.stderr
     assert not list((tmp_path / "t").iterdir())
 
 

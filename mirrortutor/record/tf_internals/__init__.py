@@ -9,7 +9,9 @@ private name breaks here, and the bit-identity tests (``tests/record``) say so a
   cross-device pass-through), the recording's entry point;
 - :mod:`.graph`: what the recorder's own graph pieces need (an un-lowered ``Case``, XLA detection,
   ops let out of the automatic control-dependency chain);
-- :mod:`.cluster`: the eager context and TensorFlow's ``ClusterCoordinator``, for the clusters.
+- :mod:`.cluster`: the eager context and TensorFlow's ``ClusterCoordinator``, for the clusters;
+- :mod:`.coordinator`: what the recording ``ParameterServerStrategy`` and coordinator need (where
+  TF places a variable, a counter placed by hand, whether a RemoteValue has come).
 
 Nothing is imported here.
 """
