@@ -207,13 +207,15 @@ class Trace:
         return out
 
     def nbytes(self) -> int:
-        """Approximate memory the trace holds, in bytes."""
-        total = 0
+        """Approximate memory the trace holds, in bytes (an array kept for several identical
+        copies, see :func:`~.captures.kept_copies`, counted once)."""
+        total, seen = 0, set()
 
         def add(obj) -> None:
             nonlocal total
             if isinstance(obj, np.ndarray):
-                total += obj.nbytes
+                total += 0 if id(obj) in seen else obj.nbytes
+                seen.add(id(obj))
             elif isinstance(obj, (list, tuple)):
                 for o in obj:
                     add(o)
