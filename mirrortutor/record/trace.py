@@ -57,9 +57,10 @@ class Trace:
         """Where ``step``'s records go (a throwaway once the step is evicted by the policy)."""
         if step not in self._steps:
             self._steps[step] = StepRecords()
-            sampled = [s for s in self._steps if s >= self.recording.first_steps]
-            if len(sampled) > self.recording.keep_last:
-                del self._steps[sampled[0]]
+            if step >= self.recording.first_steps:  # only a sampled step can evict another
+                sampled = [s for s in self._steps if s >= self.recording.first_steps]
+                if len(sampled) > self.recording.keep_last:
+                    del self._steps[sampled[0]]
         return self._steps.get(step, StepRecords())  # an evicted step records into a throwaway
 
     def add_outside(self, record: AllReduceRecord | SkippedRecord) -> None:
