@@ -1,11 +1,12 @@
 """How much does recording cost? Plain tf.distribute.MirroredStrategy vs mt.MirroredStrategy.
 
 Trains the same small MLP on the digits with a custom loop on 4 logical CPU replicas, alternating
-plain / default recording / full recording runs, and prints the median step time of each and its
-ratio to plain. The ratio is the median of per-round ratios (each round runs every variant back to
-back), with its interquartile range: on a shared machine whose speed drifts, pairing runs that
-close together is what keeps the ratio honest. Then runs 1,000 and 10,000 steps with default recording and prints the trace's
-memory, which must stay bounded (the default keeps the first steps and a fixed-size sample).
+plain / default recording / full recording runs (their order rotating from round to round), and
+prints the median step time of each and its ratio to plain. The ratio is the median of per-round
+ratios (each round runs every variant back to back), with its interquartile range: on a shared
+machine whose speed drifts, pairing runs that close together is what keeps the ratio honest. Then
+runs 1,000 and 10,000 steps with default recording and prints the trace's memory, which must stay
+bounded (the default keeps the first steps and a fixed-size sample).
 
 Timings are from logical CPU devices sharing this machine's cores: they measure recording's
 overhead here, not GPU speed. Usage: python benchmarks/instrumentation_overhead.py [--quick]
@@ -28,7 +29,7 @@ from mirrortutor.record.tf_internals.hooks import plain_mirrored_strategy  # noq
 
 QUICK = "--quick" in sys.argv
 STEPS = 50 if QUICK else 100  # timed steps per run (default recording keeps 2 of every 100)
-ROUNDS = 3 if QUICK else 21  # runs per variant, alternating
+ROUNDS = 3 if QUICK else 30  # runs per variant, alternating
 GLOBAL_BATCH = 64
 
 
@@ -78,9 +79,10 @@ def main() -> None:
                                                                recording=mt.Recording.everything())),
     }
     times = {name: [] for name in variants}
-    for _ in range(ROUNDS):  # alternate, so drifts in machine load hit every variant alike
-        for name, step in variants.items():
-            times[name].append(time_run(step, STEPS))
+    names = list(variants)
+    for r in range(ROUNDS):  # alternate, so drifts in machine load hit every variant alike,
+        for name in names[r % 3:] + names[:r % 3]:  # and rotate: none always runs first
+            times[name].append(time_run(variants[name], STEPS))
     plain = times["plain tf.distribute"]
     print(f"4 logical CPU replicas on shared cores; {ROUNDS} alternating runs of {STEPS} steps")
     print(f"{'variant':24s} {'median step':>12s} {'ratio to plain':>15s} {'(IQR)':>14s}")

@@ -9,13 +9,12 @@ capture writes its records into the :class:`~.trace.Trace`. Nothing here imports
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from .records import (AllReduceRecord, OutputRecord, Recording, ShardRecord, SkippedRecord,
-                      SyncRecord, row_hashes)
+                      SyncRecord, norm, norms, row_hashes)
 
 __all__ = ["OutputCapture", "ReductionCapture", "ShardCapture", "Skipped", "StepMark",
            "SyncCapture", "norm", "norms"]
@@ -75,13 +74,48 @@ class OutputCapture:
             slot.outputs.append(OutputRecord(step, name, [np.array(next(it)) for _ in range(count)]))
 
 
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # itemsize -> same-size uint
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays hold the same bits (unlike ``==``: -0.0 is not 0.0, a NaN is itself)."""
+    bits = _BITS.get(a.dtype.itemsize)
+    return (bits is not None and a.dtype == b.dtype and a.shape == b.shape
+            and np.array_equal(a.view(bits), b.view(bits)))
+
+
+def kept_copies(copies: list) -> list[np.ndarray]:
+    """Copies of ``copies`` to keep (numpy_function's arrays may share TF's buffers, its
+    docstring warns). A copy bit for bit equal to the first is kept as the first's array: the
+    same values, without taking new memory for each replica, which is most of what keeping
+    values costs on a step (fresh pages to fault in)."""
+    first = np.array(copies[0])
+    return [first] + [first if same_bits(np.asarray(c), first) else np.array(c)
+                      for c in copies[1:]]
+
+
 def max_abs_diff(copies: list[np.ndarray]) -> float:
-    """Largest |copy_r - copy_0| (inf when the copies do not even have the same shape)."""
+    """Largest |copy_r - copy_0| (inf when the copies do not even have the same shape).
+
+    Copies in sync are the rule: one bit for bit equal to the first differs by 0 (NaN where
+    the first holds an inf or a NaN, as the float64 subtraction gives), without the subtraction.
+    """
     first = np.asarray(copies[0])
     if any(np.shape(c) != first.shape for c in copies[1:]):
         return float("inf")
-    return max((float(np.max(np.abs(np.asarray(c, np.float64) - first.astype(np.float64))))
-                for c in copies[1:] if np.size(c)), default=0.0)
+    unequal = None  # |x - x| for a copy equal to the first, computed once
+
+    def diff(c) -> float:
+        nonlocal unequal
+        c = np.asarray(c)
+        if same_bits(c, first):
+            if unequal is None:
+                unequal = 0.0 if first.dtype.kind in "biu" or np.isfinite(first).all() \
+                    else float(np.max(np.abs(first.astype(np.float64) - first.astype(np.float64))))
+            return unequal
+        return float(np.max(np.abs(np.asarray(c, np.float64) - first.astype(np.float64))))
+
+    return max((diff(c) for c in copies[1:] if np.size(c)), default=0.0)
 
 
 @dataclass(frozen=True)
@@ -99,8 +133,7 @@ class SyncCapture:
                                               self.aggregations):
             copies = [next(it) for _ in range(n)]
             diff = max_abs_diff(copies)
-            slot.sync.append(SyncRecord(step, name, diff,
-                                        [np.array(c) for c in copies] if keep else None))
+            slot.sync.append(SyncRecord(step, name, diff, kept_copies(copies) if keep else None))
             if diff > 0:
                 trace.warn(
                     f"After step {step} the replicas' copies of {name!r} differ by up to "
@@ -110,21 +143,6 @@ class SyncCapture:
                        "ONLY_FIRST_REPLICA." if aggregation == "NONE" else
                        "Something wrote to one replica's copy directly; write the variable "
                        "itself instead."), cause=f"out of sync: {name}")
-
-
-def norm(a: np.ndarray) -> float:
-    """The L2 norm, without BLAS: this runs inside training, and on a small machine OpenBLAS's
-    helper threads keep spinning after a call, taking CPU from the next training steps."""
-    x = np.asarray(a, dtype=np.float64).ravel()
-    return math.sqrt(float(np.einsum("i,i->", x, x)))
-
-
-def norms(values: list[list[np.ndarray]]) -> np.ndarray:
-    """(tensors, replicas) L2 norms; NaN where a tensor has fewer copies than another."""
-    out = np.full((len(values), max(len(t) for t in values)), np.nan)
-    for i, t in enumerate(values):
-        out[i, :len(t)] = [norm(a) for a in t]
-    return out
 
 
 @dataclass
@@ -144,12 +162,13 @@ class ReductionCapture:
 
     def identical_inputs(self, arrays) -> bool:
         """Whether every tensor came in identical (and not all zero) from every replica."""
-        it, same, nonzero = iter(arrays), True, False
+        it, nonzero = iter(arrays), False
         for k in self.inputs:
             ins = [next(it) for _ in range(k)]
-            nonzero |= bool(np.any(ins[0]))
-            same &= k > 1 and all(np.array_equal(ins[0], other) for other in ins[1:])
-        return same and nonzero and bool(self.inputs)
+            if k < 2 or not all(np.array_equal(ins[0], other) for other in ins[1:]):
+                return False  # one tensor that differs answers it: the rest are not looked at
+            nonzero = nonzero or bool(np.any(ins[0]))
+        return nonzero and bool(self.inputs)
 
     def record(self, step: int, call: int, arrays, recording: "Recording") -> AllReduceRecord:
         """The record of this reduction at ``step``, from its arrays (inputs, then outputs)."""
@@ -157,13 +176,16 @@ class ReductionCapture:
         ins = [[next(it) for _ in range(k)] for k in self.inputs]
         outs = [[next(it) for _ in range(k)] for k in self.outputs]
         keep = all(recording.keeps_values(int(np.size(t[0]))) for t in ins)
+        # Whole values: copied (numpy_function's arrays may share TF's buffers, its docstring
+        # warns; a result's identical copies share one), their norms computed from the copies
+        # when first read (records.py). Else only the norms are kept: computed now.
         return AllReduceRecord(
             step=step, call=call, path=self.path, reduce_op=self.reduce_op,
             implementation=self.implementation, names=list(self.names),
-            shapes=[tuple(np.shape(t[0])) for t in ins], input_norms=norms(ins),
-            output_norms=norms(outs),
+            shapes=[tuple(np.shape(t[0])) for t in ins],
+            input_norms=None if keep else norms(ins), output_norms=None if keep else norms(outs),
             inputs=[[np.array(a) for a in t] for t in ins] if keep else None,
-            outputs=[[np.array(a) for a in t] for t in outs] if keep else None,
+            outputs=[kept_copies(t) for t in outs] if keep else None,
             outside=self.outside, applied_to=self.applied_to)
 
     def into(self, trace, step: int, *arrays) -> None:

@@ -47,6 +47,7 @@ class Recorder:
         self.emitter: Emitter | None = None
         self.step_counter: tf.Variable | None = None
         self.step_graphs: weakref.WeakSet = weakref.WeakSet()  # graphs that traced a step
+        self._graph_steps = weakref.WeakKeyDictionary()  # graph -> its latest run's step tensor
         self.stamper: Stamper | None = None  # with Recording(timeline=True): the step's timestamps
         self._names: dict[int, str] = {}  # id(distributed variable) -> its name in the trace
         # The current step's reduction results: (tensor, the capture's applied_to, its index).
@@ -67,15 +68,18 @@ class Recorder:
             return int(self.step_counter.numpy()) - 1
         if self.in_run and self.run_step is not None:  # inside run: the step already read
             return self.run_step
-        return self.step_counter.read_value() - 1
+        found = self._graph_steps.get(tf.compat.v1.get_default_graph())  # after a run: its step
+        return self.step_counter.read_value() - 1 if found is None else found
 
-    def begin_step(self) -> None:
-        """In a graph, remember that this function (and those around it) runs a step: its
-        reductions after the run belong to the step (e.g. the custom loop's loss reduce)."""
+    def begin_step(self):
+        """In a graph, the step's tensor; and remember that this function (and those around it)
+        runs a step: its later reductions (the loop's loss reduce) belong to it and share it."""
         graph = tf.compat.v1.get_default_graph()
+        step = self._graph_steps[graph] = self.step_counter.read_value() - 1
         while graph is not None and graph not in self.step_graphs:
             self.step_graphs.add(graph)
             graph = getattr(graph, "outer_graph", None)
+        return step
 
     def in_step(self) -> bool:
         """Whether a reduction made now belongs to a step (else: outside any step)."""
@@ -88,10 +92,8 @@ class Recorder:
         if self.in_run or self.in_reduce:
             return run()
         self.step_counter.assign_add(1)
-        step = self.current_step()
+        step = self.current_step() if tf.executing_eagerly() else self.begin_step()
         self._results.clear()  # a new step: the reductions an update can name start again
-        if not tf.executing_eagerly():
-            self.begin_step()
         if self.trace.recording.timeline and self.stamper is None:
             self.stamper = Stamper(self.trace, self.emitter, devices)
         tensors = self.trace.recording.tensors

@@ -9,6 +9,7 @@ them by step. Nothing here imports TensorFlow: a trace can be read (and plotted)
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -123,6 +124,7 @@ class AllReduceRecord:
     shapes: list[tuple[int, ...]]
     input_norms: np.ndarray  # (tensors, replicas): L2 norm of each replica's input
     output_norms: np.ndarray  # (tensors, destinations): L2 norm of each copy of the result
+    #   (both computed when first read if the record was made with None and whole values)
     inputs: list[list[np.ndarray]] | None  # [tensor][replica] whole inputs, when kept
     outputs: list[list[np.ndarray]] | None  # [tensor][destination] whole outputs, when kept
     outside: bool = False  # made outside any step: eagerly outside strategy.run (Keras does at
@@ -139,6 +141,29 @@ class AllReduceRecord:
         and was not a value aggregated *into* it (an assignment's destination is the variable)."""
         var = (self.applied_to or [None] * len(self.names))[t]
         return var if var is not None and self.names[t] != var else None
+
+
+def _norms_from(name: str, values: str) -> property:
+    """``record.<name>``: the field as given, or, given None, the norms of ``record.<values>``
+    computed when first read (then kept). Recording keeps whole values at full speed and pays
+    for their norms only if someone looks; a record without whole values is given its norms."""
+    key = "_" + name
+
+    def get(self):
+        found = self.__dict__.get(key)
+        if found is None and getattr(self, values) is not None:
+            found = self.__dict__[key] = norms(getattr(self, values))
+        return found
+
+    def put(self, value) -> None:
+        self.__dict__[key] = value
+
+    return property(get, put, doc=f"(tensors, copies) L2 norms of ``{values}``.")
+
+
+# After @dataclass made __init__, __eq__ and __repr__: they read and write through these.
+AllReduceRecord.input_norms = _norms_from("input_norms", "inputs")
+AllReduceRecord.output_norms = _norms_from("output_norms", "outputs")
 
 
 @dataclass
@@ -217,6 +242,21 @@ class StepRecords:
     sync: list[SyncRecord] = field(default_factory=list)
     skipped: list[SkippedRecord] = field(default_factory=list)
     timeline: TimelineRecord | None = None  # with Recording(timeline=True)
+
+
+def norm(a: np.ndarray) -> float:
+    """The L2 norm, without BLAS: this runs inside training, and on a small machine OpenBLAS's
+    helper threads keep spinning after a call, taking CPU from the next training steps."""
+    x = np.asarray(a, dtype=np.float64).ravel()
+    return math.sqrt(float(np.einsum("i,i->", x, x)))
+
+
+def norms(values: list[list[np.ndarray]]) -> np.ndarray:
+    """(tensors, replicas) L2 norms; NaN where a tensor has fewer copies than another."""
+    out = np.full((len(values), max(len(t) for t in values)), np.nan)
+    for i, t in enumerate(values):
+        out[i, :len(t)] = [norm(a) for a in t]
+    return out
 
 
 def row_hashes(rows: np.ndarray) -> np.ndarray:

@@ -58,9 +58,10 @@ class Trace:
         """Where ``step``'s records go (a throwaway once the step is evicted by the policy)."""
         if step not in self._steps:
             self._steps[step] = StepRecords()
-            sampled = [s for s in self._steps if s >= self.recording.first_steps]
-            if len(sampled) > self.recording.keep_last:
-                del self._steps[sampled[0]]
+            if step >= self.recording.first_steps:  # only a sampled step can evict another
+                sampled = [s for s in self._steps if s >= self.recording.first_steps]
+                if len(sampled) > self.recording.keep_last:
+                    del self._steps[sampled[0]]
         return self._steps.get(step, StepRecords())  # an evicted step records into a throwaway
 
     def add_outside(self, record: AllReduceRecord | SkippedRecord) -> None:
@@ -208,13 +209,15 @@ class Trace:
         return out
 
     def nbytes(self) -> int:
-        """Approximate memory the trace holds, in bytes."""
-        total = 0
+        """Approximate memory the trace holds, in bytes (an array kept for several identical
+        copies, see :func:`~.captures.kept_copies`, counted once)."""
+        total, seen = 0, set()
 
         def add(obj) -> None:
             nonlocal total
             if isinstance(obj, np.ndarray):
-                total += obj.nbytes
+                total += 0 if id(obj) in seen else obj.nbytes
+                seen.add(id(obj))
             elif isinstance(obj, (list, tuple)):
                 for o in obj:
                     add(o)
