@@ -48,7 +48,7 @@ from ..progress import progress
 from ..record.tf_internals.cluster import point_coordinator_at, stop_coordinator
 from ..validate import whole_number
 from .processes import Supervisor, alive, check_port_free, free_ports, private_network
-from .watch import COORDINATOR_LOG, TaskWatch
+from .watch import COORDINATOR_LOG, TaskWatch, quiet_after_stop
 
 # TF's own tutorial sets this: a call to an unreachable task fails at once (and the coordinator
 # retries elsewhere) instead of waiting for the task to come back.
@@ -279,6 +279,7 @@ class LocalCluster:
         if self._watch is not None:
             self._watch.stop()
         if self.coordinator is not None:  # at once: TF's own stop can wait an hour for a worker
+            quiet_after_stop()
             stop_coordinator(self.coordinator)
         self.coordinator = self.strategy = None
         if self._agent is not None:

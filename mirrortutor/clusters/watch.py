@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 
 from ..errors import ClusterFailureError
 from ..record.tf_internals.cluster import fail_pending_steps, pending_steps
@@ -110,3 +111,28 @@ class CoordinatorLog(logging.Filter):
 #: One for the kernel: TensorFlow's coordinator threads outlive every cluster.
 COORDINATOR_LOG = CoordinatorLog()
 logging.getLogger("tensorflow").addFilter(COORDINATOR_LOG)
+
+#: Coordinator threads of clusters already stopped (see :func:`quiet_after_stop`).
+_STOPPED: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+_before: list = []  # the thread-error hook that was in place before ours
+
+
+def _keep_stopped_threads_errors(args) -> None:
+    """A stopped cluster's coordinator thread that fails (its closure's task was just killed)
+    has its error kept in the coordinator log, not printed into whichever cell runs next."""
+    if args.thread in _STOPPED:
+        COORDINATOR_LOG.messages.append(
+            f"{args.thread.name} after stop(): {args.exc_type.__name__}: "
+            f"{str(args.exc_value).splitlines()[0] if str(args.exc_value) else ''}")
+        return
+    (_before[0] if _before else threading.__excepthook__)(args)
+
+
+def quiet_after_stop() -> None:
+    """Before a cluster's tasks are stopped: its coordinator's closure threads, still finishing
+    what they ran, will fail once the tasks are gone; keep those errors in the log."""
+    _STOPPED.update(t for t in threading.enumerate()
+                    if t.name.startswith("WorkerClosureProcessingLoop"))
+    if threading.excepthook is not _keep_stopped_threads_errors:
+        _before[:] = [threading.excepthook]
+        threading.excepthook = _keep_stopped_threads_errors

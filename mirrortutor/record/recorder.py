@@ -197,10 +197,9 @@ class Recorder:
                 applied[k] = name
 
     def _result_of(self, tensor):
-        """``(applied_to, index)`` of the reduction result ``tensor`` is, or None. In a graph:
-        back through the ``Identity``/``IdentityN`` ops TF passes results on with (the replica
-        context's all-reduce wraps them so they have a gradient). Eagerly those ops make new
-        tensors: the result is the first unnamed one bit for bit equal (recorded steps only)."""
+        """``(applied_to, index)`` of the reduction result ``tensor`` is, or None. In a graph: back
+        through the ``Identity``/``IdentityN`` ops TF passes results on with. Eagerly those make
+        new tensors: the first unnamed result bit for bit equal (recorded steps only)."""
         if not tf.executing_eagerly():
             while tensor is not None:
                 for part, applied, k in self._results:
@@ -214,8 +213,9 @@ class Recorder:
         if not self.trace.recording.keeps(self.current_step()):
             return None
         value = np.asarray(tensor)
-        for part, applied, k in self._results:
-            if applied[k] is None and part.shape == tensor.shape and part.dtype == tensor.dtype \
+        for part, applied, k in self._results:  # an earlier traced step's results: not values
+            if applied[k] is None and not tf.is_symbolic_tensor(part) \
+                    and part.shape == tensor.shape and part.dtype == tensor.dtype \
                     and np.array_equal(np.asarray(part), value):
                 return applied, k
         return None

@@ -84,7 +84,7 @@ def test_make_lab_serves_the_course(tmp_path):
             except OSError:
                 assert lab.poll() is None and time.monotonic() < deadline, "JupyterLab did not start"
                 time.sleep(0.5)
-        names = sorted(item["name"] for item in listing["content"])
+        names = sorted(item["name"] for item in listing["content"] if item["type"] == "notebook")
         assert "00_welcome.ipynb" in names
         assert names == sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
         api = f"http://127.0.0.1:{port}/api"
