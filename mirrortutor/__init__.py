@@ -51,6 +51,8 @@ record.records       Recording
 record.trace         Trace
 record.workers       WorkerTraces
 record.parameter_server ParameterServerStrategy ClusterCoordinator
+record.notebook      run_program show_program
+training.stragglers  straggle
 record.ps_trace      ParameterServerTrace
 clusters.ps          LocalCluster ClusterInfo
 training.asyncsgd    AsyncSGD

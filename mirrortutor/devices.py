@@ -227,7 +227,9 @@ def strategy_devices(devices) -> list[str] | None:
     local_jobs = {None, "localhost", tf.DeviceSpec.from_string(have[0]).job}
     seen: dict[tuple, str] = {}
     for device in devices:
-        text = device.to_string() if isinstance(device, tf.DeviceSpec) else device
+        # TF takes DeviceSpecs and LogicalDevices (tf.config.list_logical_devices()) as well.
+        text = device.to_string() if isinstance(device, tf.DeviceSpec) else \
+            device.name if isinstance(device, tf.config.LogicalDevice) else device
         try:
             spec = tf.DeviceSpec.from_string(text) if isinstance(text, str) else None
         except ValueError:

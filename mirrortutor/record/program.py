@@ -36,6 +36,22 @@ class ProgramRun:
     exit_code: int = 0  # what `python SCRIPT.py` would have exited with
     error: BaseException | None = None  # what the program raised (None: it ended normally)
     error_text: str = ""  # the program's own traceback, as Python would have printed it
+    namespace: dict = field(default_factory=dict)  # the program's globals when it ended
+
+    @property
+    def trace(self):
+        """The trace of the first strategy the program created (most programs make one)."""
+        if not self.strategies:
+            raise ProgramError(
+                f"{self.script.name} created no tf.distribute strategy, so nothing was recorded. "
+                "Record a program that trains under MirroredStrategy, MultiWorkerMirroredStrategy "
+                "or ParameterServerStrategy.")
+        return self.strategies[0].trace
+
+    @property
+    def traces(self) -> list:
+        """The trace of every strategy the program created, in order."""
+        return [s.trace for s in self.strategies]
 
 
 def check_program(script: str | os.PathLike, out: str | os.PathLike) -> tuple[Path, Path]:
@@ -74,12 +90,25 @@ def _program_traceback(exc: BaseException, script: Path) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
 
 
+def _program_globals(exc: BaseException, script: Path) -> dict:
+    """The program's globals as they were when ``exc`` left it (from its module frame)."""
+    tb, target = exc.__traceback__, os.path.realpath(script)
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if os.path.realpath(code.co_filename) == target and code.co_name == "<module>":
+            return tb.tb_frame.f_globals
+        tb = tb.tb_next
+    return {}
+
+
 def run_program(script: str | os.PathLike, args: list[str] = (), *,
                 out: str | os.PathLike | None, recording: Recording | None = None,
-                created: list | None = None) -> ProgramRun:
+                created: list | None = None, record: bool | None = None) -> ProgramRun:
     """Run ``script`` with ``args``; with ``out``, under recording, each strategy's trace saved
-    there (``created`` collects the strategies as they are made); without, stock TensorFlow."""
+    there (``created`` collects the strategies as they are made); without, stock TensorFlow.
+    ``record=True`` without ``out`` records and keeps the traces in memory only."""
     script = Path(script)
+    record = out is not None if record is None else record
     if out is not None:
         script, out = check_program(script, out)
     elif not script.is_file():
@@ -88,11 +117,11 @@ def run_program(script: str | os.PathLike, args: list[str] = (), *,
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [str(script), *args]
     sys.path.insert(0, str(script.resolve().parent))
-    recorded = substituted(recording, run.strategies) if out is not None else nullcontext()
+    recorded = substituted(recording, run.strategies) if record else nullcontext()
     try:
         with recorded:
             # As `python SCRIPT.py` does: an absolute __file__ (Python ≥ 3.9), argv as given.
-            runpy.run_path(str(script.resolve()), run_name="__main__")
+            run.namespace = runpy.run_path(str(script.resolve()), run_name="__main__")
     except SystemExit as exc:  # sys.exit(n) in the program: its exit status, as Python gives it
         code = exc.code
         run.exit_code = code if isinstance(code, int) else (0 if code is None else 1)
@@ -101,9 +130,10 @@ def run_program(script: str | os.PathLike, args: list[str] = (), *,
     except BaseException as exc:  # the program's own failure (KeyboardInterrupt too): kept
         run.error, run.exit_code = exc, 1
         run.error_text = _program_traceback(exc, script)
+        run.namespace = _program_globals(exc, script)
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-    for i, strategy in enumerate(run.strategies):
+    for i, strategy in enumerate(run.strategies if out is not None else ()):
         path = out / trace_name(strategy, i)
         strategy.trace.save(path)
         run.files.append(path)

@@ -18,7 +18,7 @@ from ..errors import InvalidQuantityError, WorkerIndexError
 from ..record.tf_internals.graph import data_sleep
 from ..validate import is_whole
 
-__all__ = ["Straggler", "SlowDown", "accuracy_and_loss", "checked_stragglers", "sleep"]
+__all__ = ["Straggler", "SlowDown", "accuracy_and_loss", "checked_stragglers", "sleep", "straggle"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,43 @@ def sleep(seconds):
         return ds.reduce(tf.constant(0, tf.int64), lambda a, b: a + b)
 
     return tf.cond(us > 0, wait, lambda: tf.constant(0, tf.int64))
+
+
+def straggle(x, seconds: float, *, replica: int | None = None, worker: int | None = None):
+    """``x`` unchanged, handed on only after one replica (or one parameter-server worker) waited
+    ``seconds``: the course's one line that makes a straggler, put in a training step as
+
+        x = mt.straggle(x, 0.1, replica=2)   # replica 2 is slow (stock TF: delete the line)
+
+    In a replica function (``strategy.run``), ``replica`` is compared with the replica context's
+    ``replica_id_in_sync_group``; in a function scheduled on a ``ClusterCoordinator``, ``worker``
+    with ``tf.distribute.coordinator.experimental_get_current_worker_index()``. Every other replica
+    or worker goes straight on. The wait is a real sleep on the device running the step, before
+    anything that reads ``x``: a synchronous all-reduce really waits for it, and an asynchronous
+    update really arrives late. ``x`` may be a tensor or a nest of them (a batch ``(x, y)``).
+    """
+    if (replica is None) == (worker is None):
+        raise InvalidQuantityError(
+            f"mt.straggle needs exactly one of replica= (synchronous training: which replica is "
+            f"slow) or worker= (a parameter-server worker), but got replica={replica!r}, "
+            f"worker={worker!r}. For example: x = mt.straggle(x, 0.1, replica=2).")
+    if not (isinstance(seconds, (int, float)) and 0 <= seconds < float("inf")):
+        raise InvalidQuantityError(
+            f"mt.straggle's wait must be a number of seconds, 0 or more, but got {seconds!r}.")
+    if replica is not None:
+        context = tf.distribute.get_replica_context()
+        if context is None or tf.distribute.in_cross_replica_context():
+            raise WorkerIndexError(
+                "mt.straggle(..., replica=) runs inside a replica function (the function given "
+                "to strategy.run), where each replica knows its number; here there is none. Move "
+                "the line into the step that strategy.run runs.")
+        who, target = context.replica_id_in_sync_group, replica
+    else:
+        who, target = tf.distribute.coordinator.experimental_get_current_worker_index(), worker
+    waited = tf.cond(tf.equal(tf.cast(who, tf.int64), target), lambda: sleep(float(seconds)),
+                     lambda: tf.constant(0, tf.int64))
+    with tf.control_dependencies([waited]):
+        return tf.nest.map_structure(tf.identity, x)
 
 
 class SlowDown:

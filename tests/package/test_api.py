@@ -19,6 +19,7 @@ DOCUMENTED = {
     "SyncSGD", "SyncTrace", "SyncStep", "ps_plots", "claim", "ClaimError", "diagnose",
     "StrategyComparison", "StrategyRun", "compare_strategies",
     "ParameterServerStrategy", "ClusterCoordinator", "ParameterServerTrace", "RecordingTypeError",
+    "run_program", "show_program", "straggle",
 }
 README = Path(__file__).resolve().parents[2] / "README.md"
 
