@@ -19,7 +19,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from .collectives import costmodel
-from .errors import MirrortutorError
+from .errors import MirrortutorError, ScalingConfigError
 from .panel import Panel, show
 from .plots.scaling import loss_chart, scaling_chart, time_chart
 
@@ -44,7 +44,7 @@ class ScalingLab:
     def __init__(self, train: TrainFunction, devices: list | None = None, *,
                  lr_rules: tuple[str, ...] = ("fixed", "linear", "warmup")):
         if not callable(train):
-            raise MirrortutorError(f"ScalingLab needs the training function to call, got "
+            raise ScalingConfigError(f"ScalingLab needs the training function to call, got "
                                    f"{train!r}: define train(replicas, lr_rule, base_lr, "
                                    "per_replica_batch, epochs) in the notebook and pass it.")
         if devices is None:

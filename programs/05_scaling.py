@@ -77,7 +77,9 @@ class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
         self.start, self.peak, self.warmup_steps = start, peak, warmup_steps
 
     def __call__(self, step):  # Keras calls it with optimizer.iterations, before every update
-        done = tf.minimum(tf.cast(step, tf.float32) / max(self.warmup_steps, 1), 1.0)
+        if self.warmup_steps == 0:  # no warm-up: the peak from the first step
+            return tf.constant(self.peak, tf.float32)
+        done = tf.minimum(tf.cast(step, tf.float32) / self.warmup_steps, 1.0)
         return self.start + (self.peak - self.start) * done
 
     def get_config(self):

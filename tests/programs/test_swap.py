@@ -36,6 +36,8 @@ class Swap:
 #: Every program the chapters run, and a short run of it.
 PROGRAMS: dict[str, Swap] = {
     "custom_loop.py": Swap(replicas=4),
+    "05_scaling.py": Swap(replicas=4, args=["--replicas", "4", "--epochs", "2", "--lr-rule",
+                                            "warmup"]),
 }
 
 DRIVER = r'''
