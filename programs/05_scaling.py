@@ -19,6 +19,7 @@ there); without it the program makes up a 10-class problem, so that it runs anyw
 """
 
 import argparse
+import sys
 import time
 
 import keras
@@ -36,11 +37,12 @@ parser.add_argument("--width", type=int, default=64, help="units in the hidden l
 parser.add_argument("--data", default="", help=".npz with x_train, y_train, x_test, y_test")
 parser.add_argument("--seed", type=int, default=0)
 args = parser.parse_args()
+keras.utils.set_random_seed(args.seed)  # the same weights and batch order on every run
 
 # ---- the devices: all GPUs if there are any, else the CPUs ------------------------------------
 devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
 if not 0 <= args.replicas <= len(devices):
-    parser.error(f"--replicas {args.replicas}: this machine has {len(devices)} device(s)")
+    sys.exit(f"--replicas {args.replicas}: this machine has {len(devices)} device(s)")
 strategy = tf.distribute.MirroredStrategy(devices[: args.replicas or len(devices)])
 
 # ---- the data -----------------------------------------------------------------------------------
@@ -59,8 +61,8 @@ else:  # ten noisy clusters in 64 dimensions
 global_batch_size = args.per_replica_batch * strategy.num_replicas_in_sync
 steps_per_epoch = len(x_train) // global_batch_size
 if steps_per_epoch < 1:
-    parser.error(f"a global batch of {global_batch_size} is larger than the {len(x_train)} "
-                 "training examples: use fewer replicas or a smaller per-replica batch")
+    sys.exit(f"a global batch of {global_batch_size} is larger than the {len(x_train)} training "
+             "examples: use fewer replicas or a smaller per-replica batch")
 dataset = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
            .shuffle(len(x_train), seed=args.seed)           # a new order every epoch
            .batch(global_batch_size, drop_remainder=True)   # Keras fit needs equal shards
@@ -96,7 +98,6 @@ else:
 
 # ---- the model: built and compiled in the strategy's scope --------------------------------------
 with strategy.scope():
-    keras.utils.set_random_seed(args.seed)
     model = keras.Sequential([
         keras.Input((x_train.shape[1],)),
         keras.layers.Dense(args.width, activation="relu"),
@@ -123,7 +124,7 @@ class Watch(keras.callbacks.Callback):
 
 step_starts, test_accuracy = [], []
 history = model.fit(dataset, epochs=args.epochs, steps_per_epoch=steps_per_epoch, verbose=0,
-                    callbacks=[Watch()])
+                    shuffle=False, callbacks=[Watch()])  # shuffle: the dataset does it
 # A step's time: from one step's start to the next, after the first epoch (which traces).
 step_seconds = [b - a for epoch in step_starts[1:] or step_starts for a, b in zip(epoch, epoch[1:])]
 

@@ -15,7 +15,8 @@ import tensorflow as tf
 
 import mirrortutor as mt
 from mirrortutor.grading import questions
-from mirrortutor.grading.checks import QUESTIONS, load_questions
+from mirrortutor.grading import answers
+from mirrortutor.grading.checks import QUESTIONS, load_questions, verdict
 from mirrortutor.grading import release
 from mirrortutor.grading.questions import ch02, ch05, ch06, ch07, ch09
 
@@ -147,6 +148,87 @@ def test_the_batch_size_trade_off_has_one_right_answer():
     """q5.2: 32 scales below 90%, 64 above: the smallest batch that reaches 90% is 64."""
     efficiency = ch05.efficiencies()
     assert efficiency[32] < ch05.TARGET <= efficiency[64] < efficiency[128]
+
+
+def test_the_schedule_recipes_warm_up_is_keras_own(devices):
+    """q5.3's reference rate warms up as Keras's own warm-up does (CosineDecay with warmup_target,
+    held flat by alpha=1, keras/src/optimizers/schedules/learning_rate_schedule.py), on the public
+    and the hidden recipes, before any decay."""
+    import keras
+
+    for case in [*ch05.SCHEDULE_CASES, *release.hidden_inputs(key("05"))["q5.3"]]:
+        base, k, spe, warm_epochs, decays = case
+        if not warm_epochs:
+            continue
+        keras_warmup = keras.optimizers.schedules.CosineDecay(
+            base, decay_steps=1, alpha=1.0, warmup_target=base * k, warmup_steps=warm_epochs * spe)
+        for step in ch05.schedule_steps(*case):
+            if step // spe < min(decays, default=step // spe + 1):
+                assert math.isclose(ch05.recipe_rate(step, *case), float(keras_warmup(step)),
+                                    rel_tol=1e-5), (case, step)
+
+
+def _schedule(base_lr, num_replicas, steps_per_epoch, warmup_epochs, decay_epochs, *,
+              scale=True, warm=True, decay=True):
+    """The key's schedule, or one with a part of the recipe left out (a student's mistakes)."""
+    import keras
+
+    peak = base_lr * (num_replicas if scale else 1)
+    warmup_steps = warmup_epochs * steps_per_epoch if warm else 0
+
+    class Recipe(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = tf.cast(step, tf.float32)
+            epoch = tf.floor(step / steps_per_epoch)
+            decays = sum(tf.cast(epoch >= d, tf.float32) for d in decay_epochs if decay)
+            after = peak * tf.pow(0.1, decays)
+            if warmup_steps == 0:
+                return after
+            during = base_lr + (peak - base_lr) * step / warmup_steps
+            return tf.where(step < warmup_steps, during, after)
+
+    return Recipe()
+
+
+@pytest.mark.parametrize("mistake, said", [
+    (dict(), None),
+    (dict(scale=False), "without the linear scaling rule"),
+    (dict(warm=False), "It starts at the peak"),
+    (dict(decay=False), "a tenth of what it was"),
+])
+def test_the_schedule_question_runs_the_schedule_in_keras(devices, mistake, said):
+    """q5.3 judges what the schedule gives inside a Keras optimizer on every recipe, hidden ones
+    too; each part of the recipe left out gets its own reason."""
+    load_questions()
+    q = QUESTIONS["q5.3"]
+    hidden = release.hidden_inputs(key("05"))["q5.3"]
+
+    def scaled_schedule(*case):
+        return _schedule(*case, **mistake)
+
+    data = answers.normalised(q.kind.export(scaled_schedule, hidden))
+    assert [c["case"] for c in data["calls"]][-len(hidden):] == [list(c) for c in hidden]
+    ok, line = verdict(q, data, hidden)
+    assert ok is (said is None), line
+    if said:
+        assert said in line
+
+
+def test_a_schedule_that_is_not_one_or_branches_in_python_gets_a_reason(devices):
+    """A number is not a schedule; a Python `if` on the step tensor fails where fit traces it."""
+    import keras
+
+    load_questions()
+    q = QUESTIONS["q5.3"]
+
+    class PythonIf(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            return 0.05 if step < 11 else 0.4
+
+    for answer, said in ((lambda *case: 0.4, "not a keras.optimizers.schedules"),
+                         (lambda *case: PythonIf(), "OperatorNotAllowedInGraphError")):
+        ok, line = verdict(q, answers.normalised(q.kind.export(answer, [])), [])
+        assert not ok and said in line, line
 
 
 def test_the_sync_async_trade_off_prices_each_option():

@@ -198,10 +198,12 @@ def _q5_3(calls):
             if close(got, want):
                 continue
             peak, warm = base * k, warm_epochs * spe
-            if step == 0 and warm and close(got, peak):
+            after = [(s, g) for s, g in zip(steps, out) if s >= warm and isinstance(g, (int, float))]
+            if k > 1 and after and all(close(g * k, recipe_rate(s, *case)) for s, g in after):
+                hint = (" After the warm-up your rates are the recipe's divided by num_replicas: "
+                        "that is the rate without the linear scaling rule.")
+            elif step == 0 and warm and close(got, peak):
                 hint = " It starts at the peak: the warm-up should start from base_lr."
-            elif k > 1 and close(got * k, want):
-                hint = " That is the rate without the linear scaling rule: multiply by num_replicas."
             elif step < warm:
                 hint = (f" During the warm-up the rate rises by the same amount every step, "
                         f"(peak - base_lr) / {warm} here, from base_lr at step 0.")
