@@ -147,5 +147,4 @@ class ScalingLab:
             widget.update_layout(fig.layout)
 
 
-__all__ = ["Panel", "ScalingLab", "TrainFunction", "loss_chart", "scaling_chart", "show",
-           "time_chart"]
+__all__ = ["Panel", "ScalingLab", "loss_chart", "scaling_chart", "show", "time_chart"]
