@@ -11,8 +11,8 @@ or watch what tf.distribute does in it, on a laptop's logical CPUs:
 
 One replica count per process. TensorFlow's collectives find each other by a group key that is
 process-wide, so a second MirroredStrategy over a different number of devices in the same process
-fails ("joining a group with size 8, but that group has size 4"). Run each count as a process of
-its own, as above.
+fails (InternalError: "... is joining a group with size8, but that group has size 4 (group_key=1)",
+for 4 replicas, then 8). Run each count as a process of its own, as above.
 
 --data PATH.npz reads x_train, y_train, x_test, y_test (the course's notebook writes the digits
 there); without it the program makes up a 10-class problem, so that it runs anywhere.
