@@ -197,6 +197,7 @@ class ObservedMirroredExtended(mirrored_strategy.MirroredExtended):
         # the observer too (on CPU devices every strategy.reduce and MEAN assign goes that way).
         if distribute_utils.is_mirrored(value) and reduce_op == tf.distribute.ReduceOp.MEAN:
             return value
+        assert not distribute_utils.is_mirrored(value)  # as TF's: a Mirrored value SUMmed fails
 
         def get_values(value):
             if not isinstance(value, tf.distribute.DistributedValues):
