@@ -164,6 +164,27 @@ def test_a_dataset_is_handed_in_as_its_elements():
     assert endless["complete"] is False and len(endless["elements"]) == MAX_ELEMENTS
 
 
+@pytest.mark.parametrize("slip, words", [
+    (lambda i, n, e, b: tf.data.Dataset.range(e).shard(n, i).batch(b), None),
+    (lambda i, n, e, b: tf.data.Dataset.range(e).batch(b).shard(n, i), "You cut batches first"),
+    (lambda i, n, e, b: tf.data.Dataset.range(e).batch(b), "Every worker got all the examples"),
+    (lambda i, n, e, b: tf.data.Dataset.range(e).shard(n, i).batch(b, drop_remainder=True),
+     "The last, shorter batch is missing"),
+    (lambda i, n, e, b: tf.data.Dataset.range(e).shard(n, i).batch(b).repeat(), "never ends"),
+    (lambda i, n, e, b: list(range(int(i), e, n)), "return the tf.data.Dataset itself"),
+])
+def test_the_worker_dataset_judge_names_each_slip(slip, words):
+    """q6.4 handed in as the grader gets it (exported in a kernel, a JSON round trip): the shard
+    then batch is right, each realistic slip gets its own explanation."""
+    from mirrortutor.grading.checks import verdict
+
+    q = load_questions()["q6.4"]
+    hidden = release.hidden_inputs(key("06"))["q6.4"]
+    right, said = verdict(q, json.loads(json.dumps(q.kind.export(slip, hidden))), hidden)
+    assert right == (words is None), said
+    assert words is None or words in said
+
+
 def test_the_batch_size_trade_off_has_one_right_answer():
     """q5.2: 32 scales below 90%, 64 above: the smallest batch that reaches 90% is 64."""
     efficiency = ch05.efficiencies()
