@@ -143,6 +143,48 @@ def test_the_partitioner_rule_is_tensorflows():
             int(partitioner(tf.TensorShape([rows, cols]), tf.float32)[0]), (rows, cols, min_bytes, most)
 
 
+def test_the_worker_shard_rule_is_tf_data_shard_then_batch():
+    """q6.4's worker_batches_rule is what Dataset.range(n).shard(workers, worker).batch(b) reads,
+    on the public and the hidden cases, the worker index given as the int64 tensor TF gives."""
+    cases = [*ch06.WORKER_CASES, *release.hidden_inputs(key("06"))["q6.4"]]
+    for worker, workers, examples, batch in cases:
+        dataset = tf.data.Dataset.range(examples).shard(workers, tf.constant(worker, tf.int64))
+        read = [b.tolist() for b in dataset.batch(batch).as_numpy_iterator()]
+        assert ch06.worker_batches_rule(worker, workers, examples, batch) == read
+
+
+def test_a_dataset_is_handed_in_as_its_elements():
+    """A tf.data.Dataset answer becomes its elements; one that never ends is marked incomplete
+    after MAX_ELEMENTS, so a judge can say so instead of waiting for ever."""
+    from mirrortutor.grading.answers import MAX_ELEMENTS, to_data
+
+    assert to_data(tf.data.Dataset.range(5).batch(2)) == {
+        "type": "Dataset", "elements": [[0, 1], [2, 3], [4]], "complete": True}
+    endless = to_data(tf.data.Dataset.range(3).repeat())
+    assert endless["complete"] is False and len(endless["elements"]) == MAX_ELEMENTS
+
+
+@pytest.mark.parametrize("slip, words", [
+    (lambda i, n, e, b: tf.data.Dataset.range(e).shard(n, i).batch(b), None),
+    (lambda i, n, e, b: tf.data.Dataset.range(e).batch(b).shard(n, i), "You cut batches first"),
+    (lambda i, n, e, b: tf.data.Dataset.range(e).batch(b), "Every worker got all the examples"),
+    (lambda i, n, e, b: tf.data.Dataset.range(e).shard(n, i).batch(b, drop_remainder=True),
+     "The last, shorter batch is missing"),
+    (lambda i, n, e, b: tf.data.Dataset.range(e).shard(n, i).batch(b).repeat(), "never ends"),
+    (lambda i, n, e, b: list(range(int(i), e, n)), "return the tf.data.Dataset itself"),
+])
+def test_the_worker_dataset_judge_names_each_slip(slip, words):
+    """q6.4 handed in as the grader gets it (exported in a kernel, a JSON round trip): the shard
+    then batch is right, each realistic slip gets its own explanation."""
+    from mirrortutor.grading.checks import verdict
+
+    q = load_questions()["q6.4"]
+    hidden = release.hidden_inputs(key("06"))["q6.4"]
+    right, said = verdict(q, json.loads(json.dumps(q.kind.export(slip, hidden))), hidden)
+    assert right == (words is None), said
+    assert words is None or words in said
+
+
 def test_the_batch_size_trade_off_has_one_right_answer():
     """q5.2: 32 scales below 90%, 64 above: the smallest batch that reaches 90% is 64."""
     efficiency = ch05.efficiencies()

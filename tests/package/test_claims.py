@@ -78,8 +78,10 @@ CLAIMS: dict[str, list[str]] = {
         "06-placement",
         "06-first-loss-is-ln10",
         "06-workers-read-the-same-batches",
+        "06-every-step-logged-once",
         "06-both-runs-learn",
         "06-some-updates-stale",
+        "06-counter-never-gains",
     ],
     "07_stale_gradients": [
         "07-straggler-holds-sync",
