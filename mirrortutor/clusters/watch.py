@@ -36,8 +36,8 @@ def ps_lost_message(lost: list[int], num_ps: int) -> str:
             f"variables placed on it, so they are lost with it: training cannot go on, and "
             f"TensorFlow cannot bring them back (a real job restarts every task from its last "
             f"checkpoint). Leave the `with` block (or call cluster.stop()) and start a new "
-            f"mt.LocalCluster; AsyncSGD keeps a copy of its update log in this kernel "
-            f"(trainer.trace()).")
+            f"mt.LocalCluster. The results of the steps that ended before are still here "
+            f"(TensorFlow copied each to this kernel), and so is a recording strategy's trace.")
 
 
 def workers_lost_message(num_workers: int, seconds: float) -> str:
