@@ -175,3 +175,45 @@ def test_mirrored_strategy_after_a_cluster_is_refused_not_hung(report):
     assert "Restart the kernel" in after["message"] and "ReductionToOneDevice" in after["message"]
     assert report["run_made_before"][0] == "ClusterStateError"
     assert report["reduction_to_one_device"] == 4.0
+
+
+PROGRAM_COORDINATOR = PRELUDE + r'''
+from mirrortutor.errors import ClusterFailureError
+from mirrortutor.record.tf_internals.cluster import live_coordinators
+cluster = LocalCluster(workers=2, ps=1, recovery_timeout=5).start()
+# What a chapter writes: its own strategy and coordinator for the running cluster.
+os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster.info.spec,
+                                      "task": {"type": "chief", "index": 0}})
+strategy = mt.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
+coordinator = mt.ClusterCoordinator(strategy)
+with strategy.scope():
+    v = tf.Variable(0.0)
+step = tf.function(lambda: v.assign_add(1.0))
+for _ in range(5):
+    coordinator.schedule(step)
+coordinator.join()
+report["counted"] = float(v.read_value())
+for _ in range(200):
+    coordinator.schedule(step)
+cluster.kill_worker(0)
+cluster.kill_worker(1)
+t0 = time.monotonic()
+try:
+    coordinator.join()
+    report["join"] = ["returned", time.monotonic() - t0]
+except Exception as e:
+    report["join"] = [type(e).__name__, time.monotonic() - t0]
+cluster.stop()
+report["stopped"] = [getattr(coordinator, "_mirrortutor_stopped", False), len(live_coordinators())]
+print("REPORT" + json.dumps(report))
+'''
+
+
+def test_a_coordinator_the_program_made_fails_and_stops_with_the_cluster():
+    """A chapter's own ClusterCoordinator (not the one LocalCluster made) is reached too: with every
+    worker dead its join() raises ClusterFailureError after the recovery timeout instead of
+    waiting TF's hour, and cluster.stop() stops its threads."""
+    r = _report(PROGRAM_COORDINATOR, timeout=300)
+    assert r["counted"] == 5.0
+    assert r["join"][0] == "ClusterFailureError" and r["join"][1] < 40
+    assert r["stopped"] == [True, 0]
