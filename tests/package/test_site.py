@@ -32,6 +32,10 @@ ARTIFACTS = ROOT / "artifacts" / "site"
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 KEYS = sorted((ROOT / "exercises").glob("*.ipynb"))
 
+#: Pages photographed for a person to look at, and what each picture centres on.
+SHOTS = {"index.html": "table",
+         "notebooks/04_allreduce_algorithms.html": ".js-plotly-plot",
+         "exercises/03_gradients_allreduce.html": ".cell:has-text('NotImplementedError')"}
 #: Marks a drawn plotly figure holds: scatter lines and markers, bars, a heatmap's image, the
 #: links and nodes of a Sankey diagram. An empty or failed plot has none of them.
 DRAWN = ('g.trace path[d]:not([d=""]), g.hm image, g.sankey-link path, .sankey-node rect, '
@@ -77,10 +81,9 @@ def pages(site):
                     "el => [el.querySelectorAll('svg.main-svg').length,"
                     " el.querySelectorAll(drawn).length])", DRAWN)
                 found[rel] = (figures, page.inner_text("main"), errors)
-                if rel in ("notebooks/04_allreduce_algorithms.html",
-                           "exercises/03_gradients_allreduce.html"):
-                    first = page.locator(".js-plotly-plot, .cell").first
-                    first.scroll_into_view_if_needed()
+                if rel in SHOTS:
+                    page.locator(SHOTS[rel]).first.evaluate(
+                        "el => el.scrollIntoView({block: 'center'})")
                     page.screenshot(path=str(ARTIFACTS / rel.replace("/", "-").replace(
                         ".html", ".png")))
                 page.close()
