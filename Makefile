@@ -65,7 +65,7 @@ figures: $(STAMP)
 # The course as a static website, from the stored outputs (nothing re-runs): open
 # build/site/html/index.html, or publish that folder as it is (it needs no network).
 site: $(STAMP)
-	$(BIN)/python website/build.py build/site
+	$(BIN)/python website/build_site.py build/site
 
 bench: $(KERNEL)
 	$(BIN)/python benchmarks/instrumentation_overhead.py

@@ -1,7 +1,7 @@
-"""Sphinx configuration of the course website (built by website/build.py; `make site`).
+"""Sphinx configuration of the course website (built by website/build_site.py; `make site`).
 
 Sphinx with MyST-NB reads the notebooks as they are stored: ``nb_execution_mode = "off"``, so
-nothing re-runs and the pages show exactly the outputs nbval compares. website/build.py has
+nothing re-runs and the pages show exactly the outputs nbval compares. website/build_site.py has
 already turned every plotly figure into a ``<div>`` drawn by the plotly.js in ``_static`` (no
 CDN) and every widget into its readable stored text.
 """

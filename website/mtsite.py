@@ -10,8 +10,8 @@ def jupyterlab_slug(heading: str) -> str:
 
 
 def plotly_where_drawn(app, pagename, templatename, context, doctree) -> None:
-    """Load plotly.js (the plotly package's own, copied into _static by build.py) in the head of
-    the pages that draw a figure, so it is there before any figure's script runs."""
+    """Load plotly.js (the plotly package's own, copied into _static by build_site.py) in the
+    head of the pages that draw a figure, so it is there before any figure's script runs."""
     from docutils import nodes
 
     if doctree is not None and any("Plotly.newPlot" in node.astext()

@@ -130,7 +130,8 @@ def test_chapter_06_cluster_warns_when_unshare_is_refused(hosted, tmp_path):
     uncontained, and says so with ExposedPortWarning."""
     shim = tmp_path / "shim"
     shim.mkdir()
-    (shim / "unshare").write_text("#!/bin/sh\necho 'unshare: Operation not permitted' >&2\nexit 1\n")
+    (shim / "unshare").write_text(
+        "#!/bin/sh\necho 'unshare: Operation not permitted' >&2\nexit 1\n")
     (shim / "unshare").chmod(0o755)
     driver = f"""
         import json, nbformat

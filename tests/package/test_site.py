@@ -1,8 +1,8 @@
 """The course website (`make site`): every page, opened from disk in Chromium with no network.
 
-website/build.py builds the site from the notebooks' stored outputs into a temporary folder (no
-notebook runs). Then Debian's Chromium, driven by Playwright as in tests/package/test_browser.py,
-opens every page through ``file://`` in an offline browser context, and the tests check what a
+website/build_site.py builds the site from the notebooks' stored outputs into a temporary folder
+(no notebook runs). Then Debian's Chromium, driven by Playwright as in
+tests/package/test_browser.py, opens every page through ``file://`` in an offline browser context, and the tests check what a
 reader would see: each stored plotly figure drawn (an SVG with marks in it) by the plotly.js the
 site carries, no console error, no widget repr and no frozen progress bar, and exercise pages that
 are the student versions. Screenshots go to artifacts/site/ for a person to look at.
@@ -23,7 +23,7 @@ from mirrortutor.grading.release import BEGIN, END, HIDDEN, STUDENT, release
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "website"))
-from build import PLOTLY, WIDGET, build  # noqa: E402  (website/build.py, not a package)
+from build_site import PLOTLY, WIDGET, build  # noqa: E402  (website/build_site.py)
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from static_figures import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
@@ -122,7 +122,8 @@ def test_pages_have_no_console_error_and_no_unreadable_output(pages, rel):
     progress bar frozen at its first frame."""
     _, text, errors = pages[rel]
     assert not errors
-    bad = [line for line in text.splitlines() if FROZEN_BAR.search(line) or WIDGET_REPR.search(line)]
+    bad = [line for line in text.splitlines()
+           if FROZEN_BAR.search(line) or WIDGET_REPR.search(line)]
     assert not bad
 
 

@@ -1,4 +1,4 @@
-"""A stored figure's still image (scripts/static_figures.py): drawn, stable, and left alone by nbval."""
+"""A stored figure's still image (scripts/static_figures.py): drawn, stable, ignored by nbval."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Build the course website from the notebooks' stored outputs, re-running nothing.
 
-Usage: python website/build.py [OUT]   (`make site`; OUT defaults to build/site)
+Usage: python website/build_site.py [OUT]   (`make site`; OUT defaults to build/site)
 
 It stages a Sphinx source folder in OUT/source and builds OUT/html, a static site that works from
 disk, offline (every script and style is in OUT/html/_static):
@@ -87,8 +87,8 @@ def front_page(readme: str, exercises: set[str]) -> str:
         "the notebooks, and nothing here runs. To run them, and to use the live panels, see the "
         "README (`make lab`).", "", "## The course", "", *rows, "",
         "```{toctree}", ":hidden:", ":glob:", ":caption: Chapters", "", "notebooks/*", "```", "",
-        "```{toctree}", ":hidden:", ":glob:", ":caption: Exercises (student versions)", "", "exercises/*",
-        "```", ""])
+        "```{toctree}", ":hidden:", ":glob:", ":caption: Exercises (student versions)", "",
+        "exercises/*", "```", ""])
 
 
 def stage(source: Path) -> None:
