@@ -138,7 +138,7 @@ def convergence(runs: dict, window: int = 320) -> go.Figure:
         loss = np.array([_smooth(c.losses, smooth)[:n] for c in curves])  # (seeds, updates)
         seconds = np.mean([c.seconds[:n] for c in curves], axis=0)
         run_colour = RUN_COLOURS[i % len(RUN_COLOURS)]
-        name = f"{label} ({len(curves)} seeds)" if len(curves) > 1 else label
+        name = f"{label} ({len(curves)} runs)" if len(curves) > 1 else label
         if len(curves) > 1:
             fig.add_scatter(x=np.concatenate([seen, seen[::-1]]),
                             y=np.concatenate([loss.max(0), loss.min(0)[::-1]]), fill="toself",

@@ -85,7 +85,7 @@ def test_convergence_draws_the_mean_of_seeds_and_their_band(curve):
     """Seeds of one set-up: one line at their mean (cut to the shortest), a band from min to max."""
     other = ps_plots.Curve(curve.examples_seen[:10], curve.losses[:10] + 1.0, curve.seconds[:10])
     band, line, per_second = ps_plots.convergence({"async": [curve, other]}, window=32).data
-    assert line.name == "async (2 seeds)" and len(line.x) == 10
+    assert line.name == "async (2 runs)" and len(line.x) == 10
     np.testing.assert_allclose(line.y, curve.losses[:10] + 0.5)
     np.testing.assert_allclose(band.y[:10], other.losses)  # upper edge, then lower
     np.testing.assert_allclose(band.y[10:], curve.losses[:10][::-1])
