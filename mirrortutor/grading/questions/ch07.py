@@ -137,7 +137,7 @@ def _log_rows(functions) -> list[dict]:
 
 @question("q7.4", "07_stale_gradients",
           "write step_fn (worker 1 a 0.2 s straggler) and the schedule/join loop of 60 steps; pass "
-          "(strategy.trace.functions, losses)",
+          "(functions, losses) with functions = strategy.trace.functions",
           right="60 steps scheduled, each run once and logged with its worker and versions, every "
                 "loss fetched, the loss going down; worker 1, the straggler, ran the fewest steps "
                 "and its gradients were the stalest.",
