@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import mirrortutor as mt
 from mirrortutor.grading import questions
-from mirrortutor.grading.checks import QUESTIONS, load_questions
+from mirrortutor.grading.checks import QUESTIONS, load_questions, verdict
 from mirrortutor.grading import release
 from mirrortutor.grading.questions import ch02, ch05, ch06, ch07, ch09
 
@@ -101,6 +101,40 @@ def test_the_staleness_rule_is_version_applied_minus_version_read():
         applied_version = list(range(len(applies)))  # updates are logged in the order applied
         assert ch07.staleness_of(reads, applies) == [
             a - r for a, r in zip(applied_version, read_version)]
+
+
+def _ps_log(slow_steps: int, slow_staleness: int) -> list[dict]:
+    """60 functions as strategy.trace.functions hands them in: workers 0 and 2 share the fast
+    steps (staleness 0 or 1), worker 1 runs ``slow_steps`` of them, each ``slow_staleness`` stale."""
+    rows, version = [], 0
+    for i in range(60):
+        worker = 1 if i < slow_steps else (0, 2)[i % 2]
+        stale = slow_staleness if worker == 1 else i % 2
+        version += 1
+        rows.append({"type": "ScheduledRecord", "schedule": i, "function": "step_fn",
+                     "worker": worker, "started": 0.0, "ended": 0.0,
+                     "version_read": version - 1 - stale, "version_written": version})
+    return rows
+
+
+def test_the_ps_loop_judge_reads_the_log_and_the_losses():
+    """q7.4: right for a log of 60 steps with worker 1 a straggler and falling losses; each slip
+    (steps missing, a loss per step missing, losses not falling, no straggler, a straggler whose
+    gradients were not the stalest) gets its own reason."""
+    load_questions()
+
+    def judge(answer):
+        right, line = verdict(QUESTIONS["q7.4"], answer, [])
+        return None if right else line
+
+    falling = [2.0 - i / 60 for i in range(60)]
+    assert judge([_ps_log(5, 8), falling]) is None
+    assert "holds 59 finished functions" in judge([_ps_log(5, 8)[:59], falling])
+    assert "one per scheduled step" in judge([_ps_log(5, 8), falling[:30]])
+    assert "apply the gradients" in judge([_ps_log(5, 8), [1.0] * 60])
+    assert "was not slow" in judge([_ps_log(20, 8), falling])
+    assert "not the stalest" in judge([_ps_log(5, 0), falling])
+    assert "strategy.trace.functions" in judge([[1, 2, 3], falling])
 
 
 def test_the_placement_rule_is_what_a_real_cluster_does():
