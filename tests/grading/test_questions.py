@@ -147,7 +147,7 @@ def test_the_partitioner_rule_is_tensorflows():
     (lambda r, c, m, k: max(1, min(r, k, math.ceil(r * c * 4 / m))), None),
     (lambda r, c, m, k: max(1, min(k, math.ceil(r * c * 4 / m))), "rows make at most"),
     (lambda r, c, m, k: max(1, min(r, k, r * c * 4 // m)), "rounds UP"),
-    (lambda r, c, m, k: max(1, min(r, k, math.ceil(r * c / m))), "Count bytes"),
+    (lambda r, c, m, k: max(1, min(r, k, math.ceil(r * c / m))), "MinSizePartitioner makes"),
 ])
 def test_the_partitioner_judge_needs_the_row_cap(slip, words):
     """q6.2 on its public and hidden cases: TensorFlow's rule is right; the rule chapter 06 prints
