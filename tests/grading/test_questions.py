@@ -178,6 +178,25 @@ def test_the_partitioner_rule_is_tensorflows():
             int(partitioner(tf.TensorShape([rows, cols]), tf.float32)[0]), (rows, cols, min_bytes, most)
 
 
+@pytest.mark.parametrize("slip, words", [
+    (lambda r, c, m, k: max(1, min(r, k, math.ceil(r * c * 4 / m))), None),
+    (lambda r, c, m, k: max(1, min(k, math.ceil(r * c * 4 / m))), "rows make at most"),
+    (lambda r, c, m, k: max(1, min(r, k, r * c * 4 // m)), "rounds UP"),
+    (lambda r, c, m, k: max(1, min(r, k, math.ceil(r * c / m))), "MinSizePartitioner makes"),
+])
+def test_the_partitioner_judge_needs_the_row_cap(slip, words):
+    """q6.2 on its public and hidden cases: TensorFlow's rule is right; the rule chapter 06 prints
+    (no row cap) is wrong on a variable with fewer rows than its bytes ask for, and is told why."""
+    from mirrortutor.grading.checks import verdict
+
+    q = load_questions()["q6.2"]
+    hidden = release.hidden_inputs(key("06"))["q6.2"]
+    assert any(r < min(k, math.ceil(r * c * 4 / m)) for r, c, m, k in [*ch06.SHARDINGS, *hidden])
+    right, said = verdict(q, json.loads(json.dumps(q.kind.export(slip, hidden))), hidden)
+    assert right == (words is None), said
+    assert words is None or words in said
+
+
 def test_the_worker_shard_rule_is_tf_data_shard_then_batch():
     """q6.4's worker_batches_rule is what Dataset.range(n).shard(workers, worker).batch(b) reads,
     on the public and the hidden cases, the worker index given as the int64 tensor TF gives."""

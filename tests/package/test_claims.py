@@ -76,12 +76,14 @@ CLAIMS: dict[str, list[str]] = {
     "06_parameter_servers": [
         "06-copies-stay-equal",
         "06-placement",
+        "06-dataset-fn-traced-with-its-data",
         "06-first-loss-is-ln10",
         "06-workers-read-the-same-batches",
         "06-every-step-logged-once",
+        "06-each-worker-its-own-shuffle",
         "06-both-runs-learn",
         "06-some-updates-stale",
-        "06-counter-never-gains",
+        "06-one-op-counter-counts-all",
     ],
     "07_stale_gradients": [
         "07-straggler-holds-sync",
