@@ -1,6 +1,8 @@
 # mirrortutor's two commands:
 #   make lab    set up (first time only) and open the course in JupyterLab
 #   make test   set up (first time only) and run every test, every notebook included
+# and, for whoever publishes the course:
+#   make site   the course as a static website (build/site/html), from the stored outputs
 # Both create or reuse a project-local virtual environment (.venv) from the pinned dependencies in
 # pyproject.toml; it is rebuilt only when pyproject.toml changes.
 
@@ -15,7 +17,7 @@ KERNEL := $(VENV)/share/jupyter/kernels/mirrortutor/kernel.json
 NBVAL  := --nbval --nbval-kernel-name mirrortutor \
           --nbval-sanitize-with mirrortutor/grading/nbval_sanitize.cfg --nbval-cell-timeout=900
 
-.PHONY: lab test test-fast notebooks bench clean
+.PHONY: lab test test-fast notebooks figures site bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 13) else 1)' \
@@ -49,9 +51,21 @@ test: $(KERNEL)
 test-fast: $(KERNEL)
 	$(BIN)/python -m pytest -q tests/core
 
-# Re-run every notebook and store its outputs as nbval's reference (after changing a chapter).
+# Re-run every notebook and store its outputs as nbval's reference (after changing a chapter);
+# every figure also gets its still image (scripts/static_figures.py, drawn in Chromium).
 notebooks: $(KERNEL)
+	@bash scripts/ensure_chromium.sh
 	$(BIN)/python scripts/refresh_notebooks.py notebooks/*.ipynb exercises/*.ipynb
+
+# Only the still images beside the stored figures, from the stored JSON (nothing re-runs).
+figures: $(STAMP)
+	@bash scripts/ensure_chromium.sh
+	$(BIN)/python scripts/static_figures.py notebooks/*.ipynb exercises/*.ipynb
+
+# The course as a static website, from the stored outputs (nothing re-runs): open
+# build/site/html/index.html, or publish that folder as it is (it needs no network).
+site: $(STAMP)
+	$(BIN)/python website/build_site.py build/site
 
 bench: $(KERNEL)
 	$(BIN)/python benchmarks/instrumentation_overhead.py

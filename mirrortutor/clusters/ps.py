@@ -45,7 +45,8 @@ import tensorflow as tf
 
 from ..errors import ClusterConfigError, ClusterStateError, ExposedPortWarning, WorkerIndexError
 from ..progress import progress
-from ..record.tf_internals.cluster import point_coordinator_at, stop_coordinator
+from ..record.tf_internals.cluster import (live_coordinators, point_coordinator_at,
+                                            stop_coordinator)
 from ..validate import whole_number
 from .processes import Supervisor, alive, check_port_free, free_ports, private_network
 from .watch import COORDINATOR_LOG, TaskWatch, quiet_after_stop
@@ -280,7 +281,10 @@ class LocalCluster:
             self._watch.stop()
         if self.coordinator is not None:  # at once: TF's own stop can wait an hour for a worker
             quiet_after_stop()
-            stop_coordinator(self.coordinator)
+            # Its own, and those the program made (ClusterCoordinator(strategy)) for this cluster.
+            for coordinator in [self.coordinator] + live_coordinators():
+                if not getattr(coordinator, "_mirrortutor_stopped", False):
+                    stop_coordinator(coordinator)
         self.coordinator = self.strategy = None
         if self._agent is not None:
             self._agent.stop()

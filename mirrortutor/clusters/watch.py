@@ -23,7 +23,7 @@ import time
 import weakref
 
 from ..errors import ClusterFailureError
-from ..record.tf_internals.cluster import fail_pending_steps, pending_steps
+from ..record.tf_internals.cluster import fail_pending_steps, live_coordinators, pending_steps
 from .processes import alive
 
 #: Seconds between two looks at the task processes.
@@ -36,8 +36,8 @@ def ps_lost_message(lost: list[int], num_ps: int) -> str:
             f"variables placed on it, so they are lost with it: training cannot go on, and "
             f"TensorFlow cannot bring them back (a real job restarts every task from its last "
             f"checkpoint). Leave the `with` block (or call cluster.stop()) and start a new "
-            f"mt.LocalCluster; AsyncSGD keeps a copy of its update log in this kernel "
-            f"(trainer.trace()).")
+            f"mt.LocalCluster. The results of the steps that ended before are still here "
+            f"(TensorFlow copied each to this kernel), and so is a recording strategy's trace.")
 
 
 def workers_lost_message(num_workers: int, seconds: float) -> str:
@@ -45,6 +45,12 @@ def workers_lost_message(num_workers: int, seconds: float) -> str:
             f"{seconds:.0f} s, so the steps still scheduled cannot run: they were cancelled. "
             f"TensorFlow itself would wait up to an hour for a worker to return. Restart one with "
             f"cluster.restart_worker(0) and schedule the steps again, or start a new cluster.")
+
+
+def _every(coordinator) -> list:
+    """The cluster's own coordinator and every other one the program made for it (only one
+    cluster runs in a kernel at a time)."""
+    return [coordinator] + [c for c in live_coordinators() if c is not coordinator]
 
 
 class TaskWatch:
@@ -74,16 +80,18 @@ class TaskWatch:
             if lost and not self.lost_ps:
                 self.lost_ps = lost
                 message = ps_lost_message(lost, len(pids["ps"]))
-                fail_pending_steps(coordinator, ClusterFailureError(message),
-                                   only_if_pending=False)
+                for each in _every(coordinator):
+                    fail_pending_steps(each, ClusterFailureError(message), only_if_pending=False)
             if any(alive(pid) for pid in pids["worker"]):
                 dead_since = None
                 continue
             now = time.monotonic()
             dead_since = dead_since or now
-            if now - dead_since >= self.recovery_timeout and pending_steps(coordinator):
+            if now - dead_since >= self.recovery_timeout:
                 message = workers_lost_message(len(pids["worker"]), now - dead_since)
-                fail_pending_steps(coordinator, ClusterFailureError(message))
+                for each in _every(coordinator):
+                    if pending_steps(each):
+                        fail_pending_steps(each, ClusterFailureError(message))
                 dead_since = now  # and again, if steps are scheduled anew
 
 

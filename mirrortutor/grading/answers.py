@@ -28,19 +28,21 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-__all__ = ["ANSWERS_VARIABLE", "NO_ANSWER", "Calls", "Function", "Value", "hand_over",
-           "hidden_cases", "hidden_prefix", "normalised", "send", "to_data"]
+__all__ = ["ANSWERS_VARIABLE", "NO_ANSWER", "Calls", "Function", "Value", "dataset_data",
+           "hand_over", "hidden_cases", "hidden_prefix", "normalised", "send", "to_data"]
 
 ANSWERS_VARIABLE = "MIRRORTUTOR_ANSWERS"  # the file each check appends its answer data to
 NO_ANSWER = {"mirrortutor": "no answer"}  # the data of a `...` left in place
 MAX_ITEMS = 100_000  # an array larger than this is described, not sent
 MAX_RECORD = 1_000_000  # characters of one record; a larger answer is sent as too large
+MAX_ELEMENTS = 1_000  # elements of a tf.data.Dataset handed over (the rest are not read)
 
 
 def to_data(value: Any, depth: int = 0) -> Any:
     """``value`` as JSON data: numbers, strings, lists (tuples and arrays too), dicts by string.
 
-    Tensors and numpy values become lists and floats; a dataclass (``mt.costmodel.StepEstimate``)
+    Tensors and numpy values become lists and floats; a ``tf.data.Dataset`` its elements
+    (:func:`dataset_data`); a dataclass (``mt.costmodel.StepEstimate``)
     a dict of its fields plus ``"type"``; a distributed variable its ``type``, ``aggregation`` and
     per-device ``copies``. Anything else becomes a short description, ``"<TypeName>"``, which no
     judge accepts as an answer.
@@ -52,6 +54,8 @@ def to_data(value: Any, depth: int = 0) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {"type": type(value).__name__, **{f.name: to_data(getattr(value, f.name), depth + 1)
                                                  for f in dataclasses.fields(value)}}
+    if hasattr(value, "element_spec") and hasattr(value, "as_numpy_iterator"):  # a tf.data.Dataset
+        return dataset_data(value, depth)
     if hasattr(value, "aggregation") and isinstance(getattr(value, "values", None), (list, tuple)):
         aggregation = getattr(value.aggregation, "name", str(value.aggregation))
         return {"type": type(value).__name__, "aggregation": aggregation,
@@ -72,6 +76,19 @@ def to_data(value: Any, depth: int = 0) -> Any:
     if callable(value):
         return f"<function {getattr(value, '__name__', type(value).__name__)}>"
     return f"<{type(value).__name__}>"
+
+
+def dataset_data(dataset: Any, depth: int = 0) -> dict:
+    """A ``tf.data.Dataset`` as ``{"type": "Dataset", "elements": [...], "complete": bool}``: its
+    first :data:`MAX_ELEMENTS` elements, each as data, and whether that was all of them (a
+    ``.repeat()``-ed dataset never ends). An element that fails to compute is the answer's error."""
+    elements, complete = [], True
+    for element in dataset.as_numpy_iterator():
+        if len(elements) == MAX_ELEMENTS:
+            complete = False
+            break
+        elements.append(to_data(element, depth + 1))
+    return {"type": "Dataset", "elements": elements, "complete": complete}
 
 
 def normalised(data: Any) -> Any:

@@ -1,12 +1,16 @@
-"""Pictures of parameter-server training (chapters 06 and 07), drawn with plotly.
+"""Pictures of parameter-server training (chapters 06, 07 and 10), drawn with plotly.
 
-Each function takes traces recorded by :class:`~mirrortutor.AsyncSGD` (an
-:class:`~mirrortutor.AsyncTrace`) or :class:`~mirrortutor.SyncSGD` (a
-:class:`~mirrortutor.SyncTrace`) and returns a ``plotly.graph_objects.Figure``. Worker ``w`` has
-the same colour as replica ``w`` in every other chart of the course.
+The staleness pictures read the log of a recording ``mt.ParameterServerStrategy``: its
+:class:`~mirrortutor.record.ps_trace.ParameterServerTrace` (``strategy.trace``), or a list of the
+trace's :class:`~mirrortutor.record.ps_trace.ScheduledRecord` (``trace.functions``, or the part of
+it one run scheduled). :func:`convergence` draws loss curves the notebook records itself, each a
+:class:`Curve`. Every function returns a ``plotly.graph_objects.Figure``; worker ``w`` has the same
+colour as replica ``w`` in every other chart of the course.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -19,25 +23,57 @@ from .style import colour, layout
 RUN_COLOURS = ["#222222", "#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A"]
 
 
-def staleness_histogram(trace) -> go.Figure:
-    """How stale each worker's updates were: one bar group per staleness, one bar per worker.
+class Curve(NamedTuple):
+    """One training run's loss curve, one entry per update, in the order the updates were made.
 
-    Staleness = how many other updates reached the weights between this worker reading them and
-    its own update being applied. A dashed line marks N − 1: with N workers each holding one
-    gradient at a time, the *mean* staleness is at most N − 1 (a single update can exceed it).
+    A plain tuple ``(examples_seen, losses, seconds)`` works as well:
+
+    - ``examples_seen``: examples the weights had been trained on after each update (a
+      synchronous update of 3 × 32 adds 96, an asynchronous one of 32 adds 32);
+    - ``losses``: the loss of the batch each update's gradient was computed from;
+    - ``seconds``: when each update was done, in seconds since the run started.
     """
+
+    examples_seen: Sequence[float]
+    losses: Sequence[float]
+    seconds: Sequence[float]
+
+
+def _functions(log) -> list:
+    """The scheduled functions of ``log`` (a ParameterServerTrace, or a list of its records) in
+    the order their versions were written."""
+    functions = getattr(log, "functions", log)
+    return sorted(functions, key=lambda f: f.version_written)
+
+
+def _workers(functions: list, workers: int | None) -> int:
+    return workers if workers is not None else max((f.worker for f in functions), default=-1) + 1
+
+
+def staleness_histogram(log, workers: int | None = None) -> go.Figure:
+    """How stale each worker's functions were: one bar group per staleness, one bar per worker.
+
+    ``log``: a ``ParameterServerTrace`` or a list of its ``ScheduledRecord``. Staleness =
+    ``version_written - 1 - version_read``: the other scheduled functions that finished between
+    this one's start and its own update. ``workers`` (default: the highest worker index seen + 1)
+    sets how many bar series there are. A dashed line marks N − 1: each worker runs one function
+    at a time, so the *mean* staleness is at most N − 1 (a single function can exceed it).
+    """
+    functions = _functions(log)
+    workers = _workers(functions, workers)
+    stale = np.array([f.staleness for f in functions], dtype=int)
+    who = np.array([f.worker for f in functions], dtype=int)
+    bins = list(range(int(stale.max()) + 1 if len(stale) else 1))
     fig = go.Figure()
-    top = int(trace.staleness().max()) if len(trace.staleness()) else 0
-    bins = list(range(top + 1))
-    for w in range(trace.workers):
-        s = trace.staleness(w)
-        counts = [int(np.sum(s == b)) for b in bins]
-        fig.add_bar(x=bins, y=counts, name=f"worker {w} (mean {np.mean(s) if len(s) else 0:.2f})",
+    for w in range(workers):
+        s = stale[who == w]
+        fig.add_bar(x=bins, y=[int(np.sum(s == b)) for b in bins],
+                    name=f"worker {w} (mean {np.mean(s) if len(s) else 0:.2f})",
                     marker_color=colour(w))
-    fig.add_vline(x=trace.workers - 1, line_dash="dash", line_color="#888888",
-                  annotation_text=f"N − 1 = {trace.workers - 1}")
-    fig.update_xaxes(title="staleness (updates by others in between)", dtick=1)
-    fig.update_yaxes(title="updates")
+    fig.add_vline(x=workers - 1, line_dash="dash", line_color="#888888",
+                  annotation_text=f"N − 1 = {workers - 1}")
+    fig.update_xaxes(title="staleness (functions finished by others in between)", dtick=1)
+    fig.update_yaxes(title="scheduled functions")
     return layout(fig, "Staleness of each worker's updates", barmode="group")
 
 
@@ -57,32 +93,53 @@ def _band_colour(hex_colour: str, alpha: float = 0.15) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def convergence(runs: dict, window: int = 320) -> go.Figure:
-    """Training loss of several runs against examples seen (left) and wall-clock seconds (right).
+def _curves(label: str, value) -> list[Curve]:
+    """``value`` (one curve, or a list of them: seeds) as checked Curves."""
+    curves = value if isinstance(value, list) else [value]
+    out = []
+    for curve in curves:
+        try:
+            curve = Curve(*(np.asarray(part, dtype=float) for part in curve))
+        except (TypeError, ValueError):
+            raise InvalidQuantityError(
+                f"convergence() needs each run as a Curve(examples_seen, losses, seconds) (or a "
+                f"list of them, one per seed), but {label!r} is {type(curve).__name__}.") from None
+        if not len(curve.losses) == len(curve.examples_seen) == len(curve.seconds) > 0:
+            raise InvalidQuantityError(
+                f"{label!r}: examples_seen, losses and seconds need one entry per update each, "
+                f"but have {len(curve.examples_seen)}, {len(curve.losses)}, {len(curve.seconds)}.")
+        out.append(curve)
+    return out
 
-    ``runs`` maps a label to a trace, or to a list of traces of one set-up run with different
-    seeds: its line is then the mean over the seeds, cut to the shortest run, and a band spans
-    the seeds' lowest to highest loss (left). The loss of each update is the batch loss its
-    gradient was computed on, smoothed over about ``window`` examples, so runs whose updates use
+
+def convergence(runs: dict, window: int = 320) -> go.Figure:
+    """Training loss of several runs against examples seen (left) and seconds (right).
+
+    ``runs`` maps a label to a :class:`Curve` (or a plain ``(examples_seen, losses, seconds)``
+    tuple), or to a list of them: one set-up run with different seeds. Its line is then the mean
+    over the seeds, cut to the shortest run, with a band from the seeds' lowest to highest loss
+    (left), drawn at the first seed's examples seen (the same for every seed of a set-up). The
+    loss of each update is smoothed over about ``window`` examples, so runs whose updates use
     different numbers of examples (a synchronous update of N × 32, an asynchronous one of 32) are
-    compared at equal examples. Seconds (for seeds: their mean) are measured here, on logical CPU
-    devices and processes sharing this machine's cores: not GPU speed.
+    compared at equal examples. Seconds (for seeds: their mean) are what the notebook measured,
+    on logical CPU devices and processes sharing this machine's cores: not GPU speed.
     """
     if not runs:
-        raise InvalidQuantityError("convergence() needs at least one run: {label: trace}.")
+        raise InvalidQuantityError(
+            "convergence() needs at least one run: {label: Curve(examples_seen, losses, seconds)}.")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("per example seen",
                                                         "per second (measured here)"))
     for i, (label, value) in enumerate(runs.items()):
-        traces = list(value) if isinstance(value, (list, tuple)) else [value]
-        n = min(len(t.column("loss")) for t in traces)
-        seen = traces[0].examples_seen()[:n]  # (updates,): the same for every seed
-        per_update = seen[-1] / (n - 1) if n > 1 else window
-        smooth = max(1, round(window / per_update))
-        loss = np.array([_smooth(t.column("loss"), smooth)[:n] for t in traces])  # (seeds, updates)
-        seconds = np.mean([t.column("apply_time")[:n] for t in traces], axis=0)
+        curves = _curves(label, value)
+        n = min(len(c.losses) for c in curves)
+        seen = curves[0].examples_seen[:n]
+        per_update = seen[-1] / n
+        smooth = max(1, round(window / per_update)) if per_update > 0 else 1
+        loss = np.array([_smooth(c.losses, smooth)[:n] for c in curves])  # (seeds, updates)
+        seconds = np.mean([c.seconds[:n] for c in curves], axis=0)
         run_colour = RUN_COLOURS[i % len(RUN_COLOURS)]
-        name = f"{label} ({len(traces)} seeds)" if len(traces) > 1 else label
-        if len(traces) > 1:
+        name = f"{label} ({len(curves)} runs)" if len(curves) > 1 else label
+        if len(curves) > 1:
             fig.add_scatter(x=np.concatenate([seen, seen[::-1]]),
                             y=np.concatenate([loss.max(0), loss.min(0)[::-1]]), fill="toself",
                             fillcolor=_band_colour(run_colour), line_width=0, hoverinfo="skip",
@@ -97,24 +154,30 @@ def convergence(runs: dict, window: int = 320) -> go.Figure:
     return layout(fig, "Convergence at equal examples, and in time", height=420)
 
 
-def timeline(trace, first: int = 0, count: int = 60) -> go.Figure:
-    """Each update as a bar from reading the weights to applying the gradient, one row per worker.
+def timeline(log, first: int = 0, count: int = 60, workers: int | None = None) -> go.Figure:
+    """Each scheduled function as a bar from its start to its update, one row per worker.
 
-    A long bar is a gradient in flight for a long time: it comes back stale. Shows updates
-    ``first`` to ``first + count`` in the order the ps applied them; hover for the staleness.
+    ``log``: a ``ParameterServerTrace`` or a list of its ``ScheduledRecord``. A bar runs from the
+    worker's ``started`` (before it read the version) to its ``ended`` (after its increment), in
+    seconds since the first function of ``log`` started; a long bar comes back stale. Shows
+    functions ``first`` to ``first + count`` in the order their versions were written; hover for
+    the staleness.
     """
-    updates = trace.updates[first:first + count]
+    functions = _functions(log)
+    workers = _workers(functions, workers)
+    t0 = min((f.started for f in functions), default=0.0)
+    shown = functions[first:first + count]
     fig = go.Figure()
-    for w in range(trace.workers):
-        mine = [u for u in updates if u.worker == w]
+    for w in range(workers):
+        mine = [f for f in shown if f.worker == w]
         fig.add_bar(
-            base=[u.read_time for u in mine], x=[u.apply_time - u.read_time for u in mine],
+            base=[f.started - t0 for f in mine], x=[f.ended - f.started for f in mine],
             y=[f"worker {w}"] * len(mine), orientation="h", name=f"worker {w}",
             marker_color=colour(w), marker_line_color="white", marker_line_width=1,
-            customdata=[[u.step, u.staleness] for u in mine],
-            hovertemplate="step %{customdata[0]}: staleness %{customdata[1]}<extra></extra>")
-    fig.update_xaxes(title="seconds since training started (read → apply)")
+            customdata=[[f.version_written, f.staleness] for f in mine],
+            hovertemplate="version %{customdata[0]}: staleness %{customdata[1]}<extra></extra>")
+    fig.update_xaxes(title="seconds since the first function started (start → update)")
     return layout(fig, "Gradients in flight", barmode="overlay", height=300)
 
 
-__all__ = ["RUN_COLOURS", "convergence", "staleness_histogram", "timeline"]
+__all__ = ["Curve", "RUN_COLOURS", "convergence", "staleness_histogram", "timeline"]

@@ -112,8 +112,14 @@ class ParameterServerStrategy(_TF_STRATEGY):
         parts = shards(variable)
         devices = [getattr(p, "device", "") or "" for p in parts]
         shape = variable.shape
+        name = variable.name.split(":")[0]
+        if len(parts) > 1 or parts[0] is not variable:
+            # TF names a ShardedVariable "ShardedVariable" (parameter_server_strategy_v2.py,
+            # _create_variable passes no name) and its shards "<name>/part_<i>": the program's name
+            # is the shards' without the suffix.
+            name = parts[0].name.split(":")[0].rsplit("/part_", 1)[0]
         self._trace.placements.append(PlacementRecord(
-            name=variable.name.split(":")[0], kind=type(variable).__name__,
+            name=name, kind=type(variable).__name__,
             shape=tuple(shape.as_list()) if shape.rank is not None else None,
             dtype=variable.dtype.name, trainable=bool(parts[0].trainable), devices=devices,
             ps_tasks=[ps_task(d) for d in devices],

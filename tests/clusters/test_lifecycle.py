@@ -91,15 +91,15 @@ signal.signal(signal.SIGINT, lambda *_: report.setdefault("kernel_interrupted", 
 with LocalCluster(workers=2, ps=1) as cluster:
     os.killpg(os.getpgid(0), signal.SIGINT)  # what Jupyter's Kernel -> Interrupt sends
     time.sleep(1.0)
-    report["exact_after_interrupt"] = AsyncSGD(cluster, model_fn).fit(data, 20).exact
+    report["ran_after_interrupt"] = len(Training(cluster).fit(20))
 print("REPORT" + json.dumps(report))
 '''
 
 
 def test_kernel_interrupt_does_not_kill_the_cluster():
     """Jupyter interrupts a kernel by signalling its whole process group; the cluster's processes
-    live in a session of their own, so training goes on exactly afterwards."""
+    live in a session of their own, so training goes on afterwards, every step run."""
     code = "import os\nos.setpgid(0, 0)\n" + INTERRUPT  # a group of its own, like a kernel
     r = _report(code)
     assert r["kernel_interrupted"] is True
-    assert r["exact_after_interrupt"] is True
+    assert r["ran_after_interrupt"] == 20

@@ -20,6 +20,8 @@ WORKERS = 3
 LR = 0.1
 
 SCENARIO = PRELUDE + r'''
+from mirrortutor.training.asyncsgd import AsyncSGD
+from mirrortutor.training.stragglers import Straggler
 def rows(trace):
     return [u.__dict__ for u in trace.updates]
 

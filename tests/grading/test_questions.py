@@ -15,9 +15,9 @@ import tensorflow as tf
 
 import mirrortutor as mt
 from mirrortutor.grading import questions
-from mirrortutor.grading.checks import QUESTIONS, load_questions
+from mirrortutor.grading.checks import QUESTIONS, load_questions, verdict
 from mirrortutor.grading import release
-from mirrortutor.grading.questions import ch02, ch05, ch06, ch07, ch09
+from mirrortutor.grading.questions import ch02, ch05, ch06, ch07, ch08, ch09
 
 from exercise_keys import ROOT, key
 
@@ -103,6 +103,40 @@ def test_the_staleness_rule_is_version_applied_minus_version_read():
             a - r for a, r in zip(applied_version, read_version)]
 
 
+def _ps_log(slow_steps: int, slow_staleness: int) -> list[dict]:
+    """60 functions as strategy.trace.functions hands them in: workers 0 and 2 share the fast
+    steps (staleness 0 or 1), worker 1 runs ``slow_steps`` of them, each ``slow_staleness`` stale."""
+    rows, version = [], 0
+    for i in range(60):
+        worker = 1 if i < slow_steps else (0, 2)[i % 2]
+        stale = slow_staleness if worker == 1 else i % 2
+        version += 1
+        rows.append({"type": "ScheduledRecord", "schedule": i, "function": "step_fn",
+                     "worker": worker, "started": 0.0, "ended": 0.0,
+                     "version_read": version - 1 - stale, "version_written": version})
+    return rows
+
+
+def test_the_ps_loop_judge_reads_the_log_and_the_losses():
+    """q7.4: right for a log of 60 steps with worker 1 a straggler and falling losses; each slip
+    (steps missing, a loss per step missing, losses not falling, no straggler, a straggler whose
+    gradients were not the stalest) gets its own reason."""
+    load_questions()
+
+    def judge(answer):
+        right, line = verdict(QUESTIONS["q7.4"], answer, [])
+        return None if right else line
+
+    falling = [2.0 - i / 60 for i in range(60)]
+    assert judge([_ps_log(5, 8), falling]) is None
+    assert "holds 59 finished functions" in judge([_ps_log(5, 8)[:59], falling])
+    assert "one per scheduled step" in judge([_ps_log(5, 8), falling[:30]])
+    assert "apply the gradients" in judge([_ps_log(5, 8), [1.0] * 60])
+    assert "was not slow" in judge([_ps_log(20, 8), falling])
+    assert "not the stalest" in judge([_ps_log(5, 0), falling])
+    assert "strategy.trace.functions" in judge([[1, 2, 3], falling])
+
+
 def test_the_placement_rule_is_what_a_real_cluster_does():
     """q6.1's round-robin rule matches where a real ParameterServerStrategy puts 5 variables."""
     from conftest import run_python
@@ -143,6 +177,48 @@ def test_the_partitioner_rule_is_tensorflows():
             int(partitioner(tf.TensorShape([rows, cols]), tf.float32)[0]), (rows, cols, min_bytes, most)
 
 
+def test_the_worker_shard_rule_is_tf_data_shard_then_batch():
+    """q6.4's worker_batches_rule is what Dataset.range(n).shard(workers, worker).batch(b) reads,
+    on the public and the hidden cases, the worker index given as the int64 tensor TF gives."""
+    cases = [*ch06.WORKER_CASES, *release.hidden_inputs(key("06"))["q6.4"]]
+    for worker, workers, examples, batch in cases:
+        dataset = tf.data.Dataset.range(examples).shard(workers, tf.constant(worker, tf.int64))
+        read = [b.tolist() for b in dataset.batch(batch).as_numpy_iterator()]
+        assert ch06.worker_batches_rule(worker, workers, examples, batch) == read
+
+
+def test_a_dataset_is_handed_in_as_its_elements():
+    """A tf.data.Dataset answer becomes its elements; one that never ends is marked incomplete
+    after MAX_ELEMENTS, so a judge can say so instead of waiting for ever."""
+    from mirrortutor.grading.answers import MAX_ELEMENTS, to_data
+
+    assert to_data(tf.data.Dataset.range(5).batch(2)) == {
+        "type": "Dataset", "elements": [[0, 1], [2, 3], [4]], "complete": True}
+    endless = to_data(tf.data.Dataset.range(3).repeat())
+    assert endless["complete"] is False and len(endless["elements"]) == MAX_ELEMENTS
+
+
+@pytest.mark.parametrize("slip, words", [
+    (lambda i, n, e, b: tf.data.Dataset.range(e).shard(n, i).batch(b), None),
+    (lambda i, n, e, b: tf.data.Dataset.range(e).batch(b).shard(n, i), "You cut batches first"),
+    (lambda i, n, e, b: tf.data.Dataset.range(e).batch(b), "Every worker got all the examples"),
+    (lambda i, n, e, b: tf.data.Dataset.range(e).shard(n, i).batch(b, drop_remainder=True),
+     "The last, shorter batch is missing"),
+    (lambda i, n, e, b: tf.data.Dataset.range(e).shard(n, i).batch(b).repeat(), "never ends"),
+    (lambda i, n, e, b: list(range(int(i), e, n)), "return the tf.data.Dataset itself"),
+])
+def test_the_worker_dataset_judge_names_each_slip(slip, words):
+    """q6.4 handed in as the grader gets it (exported in a kernel, a JSON round trip): the shard
+    then batch is right, each realistic slip gets its own explanation."""
+    from mirrortutor.grading.checks import verdict
+
+    q = load_questions()["q6.4"]
+    hidden = release.hidden_inputs(key("06"))["q6.4"]
+    right, said = verdict(q, json.loads(json.dumps(q.kind.export(slip, hidden))), hidden)
+    assert right == (words is None), said
+    assert words is None or words in said
+
+
 def test_the_batch_size_trade_off_has_one_right_answer():
     """q5.2: 32 scales below 90%, 64 above: the smallest batch that reaches 90% is 64."""
     efficiency = ch05.efficiencies()
@@ -176,3 +252,30 @@ def test_the_pipeline_and_straggler_rules_and_the_diagnosis_judge():
                   {"cause": "stragglers"}, "stragglers"):
         right, said = verdict(q, wrong, [])
         assert not right and "not yet" in said, said
+
+
+def test_the_input_pipeline_rule_is_what_tf_data_makes():
+    """q8.4: ch08.pipeline is what tf.data makes of the worker program's input pipeline (full
+    batches, the option set), read back by describe_dataset; an unset option, a short last batch
+    and a non-dataset are each named, and the rule is checked on the key's hidden cases too."""
+    from mirrortutor.grading.checks import verdict
+
+    def right(n, g, policy):
+        dataset = tf.data.Dataset.range(n).batch(g, drop_remainder=True)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy[policy]
+        return dataset.with_options(options)
+
+    hidden = [[7, 8, "DATA"], [33, 11, "OFF"], [100, 25, "FILE"], [12, 5, "AUTO"]]
+    for case in [*ch08.PIPELINE_CASES, *hidden]:
+        assert ch08.describe_dataset(right(*case)) == ch08.pipeline(*case), case
+    load_questions()
+    q = QUESTIONS["q8.4"]
+    assert verdict(q, q.kind.export(right, hidden), hidden)[0]
+    unset = lambda n, g, p: tf.data.Dataset.range(n).batch(g, drop_remainder=True)  # noqa: E731
+    short = lambda n, g, p: right(n, g, p).unbatch().batch(g)  # noqa: E731
+    for wrong, words in ((unset, "never set"), (short, "drop_remainder"),
+                         (lambda n, g, p: list(range(n)), "tf.data.Dataset itself")):
+        ok, said = verdict(q, q.kind.export(wrong, hidden), hidden)
+        assert not ok and words in said, said

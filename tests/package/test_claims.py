@@ -78,8 +78,10 @@ CLAIMS: dict[str, list[str]] = {
         "06-placement",
         "06-first-loss-is-ln10",
         "06-workers-read-the-same-batches",
+        "06-every-step-logged-once",
         "06-both-runs-learn",
         "06-some-updates-stale",
+        "06-counter-never-gains",
     ],
     "07_stale_gradients": [
         "07-straggler-holds-sync",
@@ -101,7 +103,7 @@ CLAIMS: dict[str, list[str]] = {
         "08-chief-checkpoints",
         "08-one-death-stops-all",
         "08-resume-same-weights",
-        "08-fit-backup-and-restore-resumes",
+        "08-fit-fails-as-in-tf",
     ],
     "10_which_strategy": [
         "10-sync-straggler-same-numbers",

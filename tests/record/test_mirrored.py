@@ -385,3 +385,18 @@ def test_recording_keeps_the_order_of_the_program(devices):
         assert [r.path for r in records] == ["batch_reduce", "reduce"]
         assert [r.call for r in records] == [0, 1]
         assert len(records[0].names) == 4  # two kernels and two biases, reduced together
+
+
+def test_reduce_to_refuses_a_mirrored_sum_as_tensorflow_does(devices):
+    """TF's MirroredExtended._reduce_to asserts a SUM is not of a mirrored value; the drop-in's
+    copy of that method keeps the assert, so both fail the same way, and both devices agree on
+    the MEAN shortcut (the mirrored value itself)."""
+    outcomes = []
+    for strategy in (plain_mirrored(devices[:2]), mt.MirroredStrategy(devices[:2])):
+        with strategy.scope():
+            v = tf.Variable(1.0)
+        mean = strategy.extended.reduce_to(tf.distribute.ReduceOp.MEAN, v, v)
+        with pytest.raises(AssertionError):
+            strategy.extended.reduce_to(tf.distribute.ReduceOp.SUM, v, v)
+        outcomes.append(mean is v)
+    assert outcomes == [True, True]

@@ -62,7 +62,8 @@ with LocalCluster(workers=2, ps=2) as cluster:
     with sharded.scope():
         v = tf.Variable(tf.zeros((6, 3)), name="table")
     p = sharded.trace.placements[0]
-    report["sharded"] = [p.devices, [s.device for s in v.variables], p.shard_shapes, p.shape]
+    report["sharded"] = [p.devices, [s.device for s in v.variables], p.shard_shapes, p.shape,
+                         p.name]
     # TF's own strategy given to the recording coordinator: a plain error, not a silent no-log.
     try:
         mt.ClusterCoordinator(tf.distribute.ParameterServerStrategy(resolver))
@@ -166,9 +167,12 @@ def test_placement_matches_every_variables_device(report):
 
 
 def test_a_sharded_variable_is_placed_shard_by_shard(report):
-    devices, actual, shapes, shape = report["sharded"]
+    """One record per sharded variable, under the program's name (TF calls the whole
+    "ShardedVariable" and its shards "table/part_0", "table/part_1")."""
+    devices, actual, shapes, shape, name = report["sharded"]
     assert devices == actual and len(devices) == 2 and devices[0] != devices[1]
     assert shapes == [[3, 3], [3, 3]] and shape == [6, 3]
+    assert name == "table"
 
 
 def test_every_scheduled_function_is_logged_once_with_its_worker(report):

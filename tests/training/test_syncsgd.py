@@ -1,4 +1,4 @@
-"""SyncSGD (the synchronous contrast of chapters 06-07) and the ps_plots figures.
+"""SyncSGD (the synchronous contrast of chapters 06-07).
 
 SyncSGD runs under MirroredStrategy in this process (no cluster is connected here). Its update is
 checked against a numpy reference of plain SGD on the full global batch; stragglers, a failing
@@ -13,11 +13,9 @@ import pytest
 import tensorflow as tf
 
 import mirrortutor as mt
-from mirrortutor.training.asyncsgd import AsyncTrace, UpdateRecord
 from mirrortutor.training.stragglers import Straggler
 from mirrortutor.errors import InvalidQuantityError, WorkerIndexError
 from mirrortutor.training.syncsgd import SyncSGD, SyncTrace
-from mirrortutor.plots import ps as ps_plots
 
 LR = 0.3
 
@@ -139,40 +137,9 @@ def test_accumulation_all_reduces_once_per_update_not_per_micro_batch(devices, d
     assert runs == 2 * (4 + 1) and reducing == [4, 9], reducing
 
 
-# ---- figures -----------------------------------------------------------------------------------
-def _made_up_trace() -> AsyncTrace:
-    """Two workers; worker 1 is slow, so its updates are staler."""
-    rows, t = [], 0.0
-    for v, (worker, stale) in enumerate([(0, 0), (0, 1), (1, 2), (0, 0), (0, 1), (1, 3)]):
-        rows.append(UpdateRecord(step=v, worker=worker, read_version=v - stale, applied_version=v,
-                                 staleness=stale, loss=2.0 - 0.1 * v, grad_norm=1.0,
-                                 learning_rate=0.1, read_time=t, apply_time=t + 0.5))
-        t += 0.25
-    return AsyncTrace(rows, list(range(6)), workers=2, batch_size=16)
-
-
-def test_staleness_histogram_counts_each_workers_updates():
-    """The histogram has one bar series per worker whose counts are that worker's staleness counts."""
-    trace = _made_up_trace()
-    fig = ps_plots.staleness_histogram(trace)
-    bars = {b.name.split(" (")[0]: list(b.y) for b in fig.data}
-    assert bars == {"worker 0": [2, 2, 0, 0], "worker 1": [0, 0, 1, 1]}
-    assert sum(sum(v) for v in bars.values()) == len(trace.updates)
-
-
-def test_convergence_and_timeline_plot_what_the_traces_hold(devices, data):
-    """convergence() draws each run per example seen and per second; timeline() a bar per update."""
+# ---- what chapters 06-07's figures were drawn from (they now draw the recording PS's log) -----
+def test_a_sync_trace_counts_the_examples_seen_before_each_update(devices, data):
     sync = SyncSGD(mt.MirroredStrategy(devices[:2]), model_fn, learning_rate=LR)
     sync_trace = sync.fit(data, 4, batch_size=16)
     assert isinstance(sync_trace, SyncTrace)
-    trace = _made_up_trace()
     assert sync_trace.examples_seen().tolist() == [0, 32, 64, 96]  # global batch 2 × 16
-    fig = ps_plots.convergence({"sync": sync_trace, "async": trace}, window=1)
-    assert [d.name for d in fig.data] == ["sync", "sync", "async", "async"]
-    np.testing.assert_allclose(fig.data[0].x, sync_trace.examples_seen())
-    np.testing.assert_allclose(fig.data[2].y, trace.column("loss"))
-    np.testing.assert_allclose(fig.data[3].x, trace.column("apply_time"))
-    bars = ps_plots.timeline(trace)
-    assert sum(len(b.x) for b in bars.data) == len(trace.updates)
-    with pytest.raises(InvalidQuantityError):
-        ps_plots.convergence({})

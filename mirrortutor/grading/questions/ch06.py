@@ -7,14 +7,16 @@ ends up holding. ``MinSizePartitioner`` cuts a variable into as many shards as k
 ``min_shard_bytes``, rounding up, between 1 and ``max_shards`` and at most one per row
 (:func:`num_shards_rule`, TensorFlow's ``min_max_variable_partitioner``; the tests check it against
 TensorFlow itself). Every worker pulls every weight and pushes a gradient for it through the ps,
-4 bytes per float32 each way (q6.3).
+4 bytes per float32 each way (q6.3). A ``dataset_fn`` that shards by the worker's index gives each
+worker every n-th example from its own (:func:`worker_batches_rule`, ``Dataset.shard``; q6.4 asks
+for the TensorFlow code and runs it).
 """
 
 from __future__ import annotations
 
 import math
 
-from ..checks import Function, fmt, integers, judge_number, numbers, question
+from ..checks import Function, fmt, integers, judge_number, numbers, question, short
 
 
 def ps_placement(num_variables: int, num_ps: int) -> list[int]:
@@ -113,3 +115,69 @@ def _q6_3(answer):
                      "the ps."},
         fallback="count pull + push, 4 bytes per parameter, for every worker.",
         said="you gave {value} bytes: {hint}")
+
+
+def worker_batches_rule(worker: int, workers: int, examples: int, batch: int) -> list[list[int]]:
+    """The batches worker ``worker`` of ``workers`` reads when the examples ``0 … examples − 1`` are
+    sharded by worker, then batched: TF's ``Dataset.range(examples).shard(workers, worker)
+    .batch(batch)``, the sharding ``experimental_get_current_worker_index()``'s own docstring shows
+    (coordinator_context.py; the tests check this rule against tf.data)."""
+    mine = list(range(worker, examples, workers))
+    return [mine[k:k + batch] for k in range(0, len(mine), batch)]
+
+
+def _as_in_dataset_fn(worker, workers, examples, batch):
+    """A case's arguments as a ``dataset_fn`` on a worker has them: the worker's index is the
+    scalar int64 tensor ``experimental_get_current_worker_index()`` gives. Runs in the student's
+    kernel (the check calls the function there); judges never import TensorFlow."""
+    import tensorflow as tf
+
+    return tf.constant(worker, tf.int64), workers, examples, batch
+
+
+WORKER_CASES = ((0, 2, 10, 3), (1, 2, 10, 3), (2, 3, 20, 4), (0, 1, 5, 2))
+
+
+def _batches(items: list, batch: int) -> list:
+    return [items[k:k + batch] for k in range(0, len(items), batch)]
+
+
+@question("q6.4", "06_parameter_servers",
+          "write worker_dataset(worker_index, num_workers, num_examples, batch_size): the "
+          "tf.data.Dataset one worker reads, sharded by worker",
+          kind=Function("worker_dataset", WORKER_CASES, build=_as_in_dataset_fn),
+          right="your worker_dataset(…) gives each worker every num_workers-th example from its "
+                "own index, in batches: the workers together read every example once, and no "
+                "two read the same one.")
+def _q6_4(calls):
+    for (worker, workers, examples, batch), result in calls:
+        shown = calls.shown([worker, workers, examples, batch])
+        if not (isinstance(result, dict) and result.get("type") == "Dataset"):
+            return (f"{shown} returned {short(result)}; return the tf.data.Dataset itself: "
+                    "create_per_worker_dataset needs a dataset_fn that returns one.")
+        got = result.get("elements")
+        if not result.get("complete", True):
+            return (f"{shown} never ends: leave .repeat() to the dataset_fn that calls it, so "
+                    "that one pass of it is one pass over the worker's share.")
+        want = worker_batches_rule(worker, workers, examples, batch)
+        if got == want:
+            continue
+        mine = list(range(worker, examples, workers))
+        size = -(-examples // workers)
+        block = list(range(examples))[worker * size:(worker + 1) * size]
+        hint = ""
+        if got == _batches(list(range(examples)), batch):
+            hint = (" Every worker got all the examples, as chapter 06's per-worker dataset did: "
+                    "shard them by the worker's index.")
+        elif got == _batches(list(range(examples)), batch)[worker::workers]:
+            hint = (" You cut batches first, then dealt whole batches to the workers: shard the "
+                    "examples, then batch each worker's share.")
+        elif got == _batches(block, batch):
+            hint = (" That is a block of neighbours; worker i takes examples i, i + n, i + 2n, … "
+                    "(what Dataset.shard does).")
+        elif got == want[:-1] and len(want[-1]) < batch:
+            hint = " The last, shorter batch is missing: keep it (drop_remainder=False)."
+        elif got == mine:
+            hint = " Those are the right examples, one by one: batch them."
+        return f"{shown} gave {short(got)}; worker {worker} of {workers} reads {short(want)}.{hint}"
+    return None

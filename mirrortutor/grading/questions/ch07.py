@@ -8,11 +8,19 @@ in flight, reached only once the first updates are past (q7.2 predicts a histogr
 included). q7.3 is a trade-off: with a straggler, synchronous steps wait for it, asynchronous ones
 keep going but grow stale, and dropping the straggler is a third way; the student prices each in
 examples per second and chooses under a staleness limit.
+
+q7.4 asks for TensorFlow: the step a ``ClusterCoordinator`` schedules, with a straggler, and the
+``schedule``/``join`` loop, run on a real cluster. The judge reads what the run left, the recording
+strategy's log and the fetched losses, and checks what holds on every run however the workers were
+scheduled: every step ran once, the loss went down, the straggler ran at most half as many steps
+as either other worker and its gradients were the stalest.
 """
 
 from __future__ import annotations
 
-from ..checks import Function, close, disagreements, judge_number, question, short
+import math
+
+from ..checks import Function, Wrong, close, disagreements, judge_number, numbers, question, short
 
 # (read times, apply times) of every update, in the order the ps applied them.
 TIMELINES = (
@@ -111,3 +119,57 @@ def _q7_3(pick, rates):
     if pick == "A":
         return "A keeps every worker but waits for the straggler each step: the slowest option."
     return f"choose one of {sorted(CHOICES)}; got {short(pick)}."
+
+
+# q7.4: TensorFlow's parameter-server loop, written by the student, with worker 1 a straggler.
+PS_STEPS, SLOW_WORKER, PS_WORKERS = 60, 1, 3
+
+
+def _log_rows(functions) -> list[dict]:
+    """The log's records (``strategy.trace.functions``, each handed in as a dict of its fields)."""
+    if not isinstance(functions, list) or not all(
+            isinstance(f, dict) and {"schedule", "worker", "version_read", "version_written"}
+            <= set(f) for f in functions):
+        raise Wrong(f"the first part should be strategy.trace.functions (the recording's log of "
+                    f"scheduled functions), but it is {short(functions)}.")
+    return functions
+
+
+@question("q7.4", "07_stale_gradients",
+          "write step_fn (worker 1 a 0.2 s straggler) and the schedule/join loop of 60 steps; pass "
+          "(functions, losses) with functions = strategy.trace.functions",
+          right="60 steps scheduled, each run once and logged with its worker and versions, every "
+                "loss fetched, the loss going down; worker 1, the straggler, ran the fewest steps "
+                "and its gradients were the stalest.",
+          parts="(functions, losses)")
+def _q7_4(functions, losses):
+    rows = _log_rows(functions)
+    if len(rows) != PS_STEPS or len({f["schedule"] for f in rows}) != PS_STEPS:
+        return (f"the log holds {len(rows)} finished functions; expected {PS_STEPS}, each scheduled "
+                f"once. Schedule {PS_STEPS} steps with coordinator.schedule(step_fn, args=("
+                "per_worker_iterator,)), then coordinator.join() before you read the log.")
+    values = numbers(losses, "losses")
+    if len(values) != PS_STEPS:
+        return (f"losses holds {len(values)} numbers; expected one per scheduled step "
+                f"({PS_STEPS}): keep every RemoteValue schedule returns and fetch() each.")
+    if not all(math.isfinite(v) for v in values):
+        return "some losses are not finite numbers: check the loss and the learning rate."
+    fifth = PS_STEPS // 5
+    if not sum(values[-fifth:]) < sum(values[:fifth]):
+        return (f"the last {fifth} steps' mean loss is not below the first {fifth} steps': does "
+                "step_fn apply the gradients (optimizer.apply_gradients) to the model's "
+                "trainable variables?")
+    counts = [sum(f["worker"] == w for f in rows) for w in range(PS_WORKERS)]
+    others = [w for w in range(PS_WORKERS) if w != SLOW_WORKER]
+    if not 2 * counts[SLOW_WORKER] <= min(counts[w] for w in others):
+        return (f"the steps per worker were {counts}: worker {SLOW_WORKER} was not slow. Put "
+                f"x = mt.straggle(x, 0.2, worker={SLOW_WORKER}) in the function strategy.run runs, "
+                "before the gradient is computed.")
+    stale = {w: [f["version_written"] - 1 - f["version_read"] for f in rows if f["worker"] == w]
+             for w in range(PS_WORKERS)}
+    mean = {w: sum(s) / len(s) for w, s in stale.items() if s}
+    if SLOW_WORKER not in mean or any(mean[SLOW_WORKER] <= mean[w] for w in others if w in mean):
+        return (f"worker {SLOW_WORKER}'s steps were not the stalest (mean staleness per worker "
+                f"{ {w: round(m, 2) for w, m in mean.items()} }): did the straggler wait before "
+                "computing its gradient, on the ps's weights?")
+    return None

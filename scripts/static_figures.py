@@ -1,0 +1,99 @@
+"""Give every stored plotly figure a still image beside it, so notebooks read as files show it.
+
+Usage: python scripts/static_figures.py notebooks/*.ipynb   (scripts/refresh_notebooks.py runs it
+after every re-run; run it by hand after merging notebooks refreshed without it)
+
+A chapter's figure is stored as ``application/vnd.plotly.v1+json``: JupyterLab draws it, but
+GitHub, nbviewer and nbconvert know no renderer for that mimetype and show nothing. This adds an
+``image/png`` to the same output bundle, drawn from the stored JSON (nothing re-runs): a reader of
+the file sees the PNG, JupyterLab still picks the interactive figure, and nbval never compares
+either (it skips image mimetypes, and cannot compare plotly's JSON as text).
+
+The picture is what plotly.js itself draws: the ``plotly.min.js`` shipped inside the plotly
+package, in Debian's Chromium driven by Playwright (as tests/package/test_browser.py does),
+through ``Plotly.toImage``. That is what kaleido does too; kaleido 1.x would also need a Chrome,
+and adds a dependency for nothing this does not. An animated figure shows its first frame.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+
+PLOTLY = "application/vnd.plotly.v1+json"
+PNG = "image/png"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def plotly_js() -> Path:
+    """plotly.js as the plotly package ships it (the version its Python side was built for)."""
+    import plotly
+
+    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+def figure_outputs(nb: nbformat.NotebookNode) -> list[dict]:
+    """Every stored output of ``nb`` that carries a plotly figure, in order."""
+    return [out for cell in nb.cells if cell.cell_type == "code"
+            for out in cell.get("outputs", []) if PLOTLY in out.get("data", {})]
+
+
+class Painter:
+    """One headless Chromium with plotly.js loaded, turning figure JSON into PNG bytes."""
+
+    def __enter__(self) -> "Painter":
+        from playwright.sync_api import sync_playwright
+
+        self._playwright = sync_playwright().start()
+        self._browser = self._playwright.chromium.launch(executable_path=CHROMIUM,
+                                                         args=CHROMIUM_ARGS)
+        self._page = self._browser.new_page()
+        self._page.add_script_tag(path=str(plotly_js()))
+        return self
+
+    def png(self, figure: dict) -> bytes:
+        """The figure as plotly.js draws it, at the layout's size (plotly's default 700×450),
+        stored with a palette of 256 colours: a quarter of the bytes, no visible change on
+        plotly's flat colours."""
+        from PIL import Image
+
+        url = self._page.evaluate(
+            "fig => Plotly.toImage({data: fig.data || [], layout: fig.layout || {}},"
+            " {format: 'png'})", figure)
+        drawn = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")
+        stored = io.BytesIO()
+        drawn.quantize(256).save(stored, "PNG", optimize=True)
+        return stored.getvalue()
+
+    def __exit__(self, *exc) -> None:
+        self._browser.close()
+        self._playwright.stop()
+
+
+def add_images(nb: nbformat.NotebookNode, painter: Painter) -> int:
+    """Put a fresh PNG beside every plotly figure of ``nb``; returns how many."""
+    outputs = figure_outputs(nb)
+    for out in outputs:
+        out["data"][PNG] = base64.b64encode(painter.png(out["data"][PLOTLY])).decode("ascii")
+    return len(outputs)
+
+
+def main(paths: list[str]) -> None:
+    with Painter() as painter:
+        for path in map(Path, paths):
+            nb = nbformat.read(path, as_version=4)
+            count = add_images(nb, painter)
+            if count:
+                nbformat.write(nb, path)
+            print(f"{path}: {count} figure(s) given a still image")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
