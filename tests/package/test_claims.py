@@ -89,8 +89,8 @@ CLAIMS: dict[str, list[str]] = {
         "07-straggler-holds-sync",
         "07-staleness-from-in-flight",
         "07-straggler-staler",
-        "07-staleness-costs-examples",
         "07-linear-scaling-costs-too",
+        "07-async-below-sync",
         "07-straggler-costs-sync-more",
     ],
     "08_multi_worker": [
