@@ -36,6 +36,8 @@ class Swap:
 #: Every program the chapters run, and a short run of it.
 PROGRAMS: dict[str, Swap] = {
     "custom_loop.py": Swap(replicas=4),
+    "10_train.py": Swap(replicas=3, args=["--strategy", "mirrored", "--global-batch", "24",
+                                          "--epochs", "1"]),
 }
 
 DRIVER = r'''
