@@ -7,8 +7,10 @@
 - :mod:`.ps`: ``mt.LocalCluster``, the parameter-server cluster the notebook coordinates, and
   :mod:`.watch`, which turns its lost tasks into plain errors;
 - :mod:`.launcher`: the child process that starts a multi-worker job's workers, and
-  :mod:`.worker`, the program each of them runs;
-- :mod:`.multiworker`: ``mt.MultiWorkerCluster`` and ``mt.tf_config``.
+  :mod:`.worker`, the program each of them runs (a ``TrainingJob``), or
+  :mod:`.program_worker`, which runs a plain script unchanged (``cluster.run_program``; its
+  result: :mod:`.program_run`);
+- :mod:`.multiworker`: ``mt.MultiWorkerCluster``, and :mod:`.tfconfig`: ``mt.tf_config``.
 
 Nothing is imported here, so a child process imports only what it runs.
 """

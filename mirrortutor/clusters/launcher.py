@@ -32,6 +32,10 @@ from .processes import Children, loopback_up
 
 #: What the launcher's forkserver imports once, for every worker it forks.
 PRELOAD = ("tensorflow", "keras", "mirrortutor.record.multiworker", "mirrortutor.clusters.worker")
+#: ... and for a plain program (``cluster.run_program``): the substitution and the program runner.
+PROGRAM_PRELOAD = ("tensorflow", "keras", "mirrortutor.record.multiworker",
+                   "mirrortutor.record.substitute", "mirrortutor.record.program",
+                   "mirrortutor.clusters.program_worker")
 
 
 def launch(config: dict) -> list[int]:
@@ -46,10 +50,15 @@ def launch(config: dict) -> list[int]:
     run_dir = config["run_dir"]
     os.environ.pop("TF_CONFIG", None)
     children = Children()
+    # A plain program (its spec given) runs under program_worker; a TrainingJob under worker.
+    program = config.get("program")
+    preload, target = ((PROGRAM_PRELOAD, "mirrortutor.clusters.program_worker:forked")
+                       if program else (PRELOAD, "mirrortutor.clusters.worker:forked"))
+    extra = (json.dumps(program),) if program else ()
     try:
         for i, tf_config in enumerate(config["tf_configs"]):  # forked: TensorFlow imported once
-            children.adopt(i, ForkedProcess(PRELOAD, "mirrortutor.clusters.worker:forked",
-                                            (run_dir, i, json.dumps(tf_config)),
+            children.adopt(i, ForkedProcess(preload, target,
+                                            (run_dir, i, json.dumps(tf_config), *extra),
                                             os.path.join(run_dir, f"worker_{i}.log"),
                                             name=f"mt mw worker {i}", tmpdir=run_dir))
         procs = [children.procs[i] for i in range(len(config["tf_configs"]))]

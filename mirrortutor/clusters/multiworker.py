@@ -37,39 +37,16 @@ from ..progress import progress
 from ..training.job import TrainingJob, WorkerResult, job_dict
 from ..training.merged import MultiWorkerRun
 from ..validate import whole_number
+from ..record.records import Recording
+from .tfconfig import tf_config
 from .processes import Janitor, Supervisor, containment, free_ports
+from .program_run import ClusterProgramRun, collect, program_spec
 from .worker import progress_file, result_file
 
 #: The first worker's port inside the private network namespace (nothing else listens there).
 BASE_PORT = 12345
 MAX_WORKERS = 4  # every worker imports TensorFlow (~600 MB) and shares this machine's cores
 MAX_REPLICAS_PER_WORKER = 8
-
-
-def tf_config(workers: list[str], index: int) -> dict:
-    """The ``TF_CONFIG`` of worker ``index`` in a cluster of ``workers`` (``"host:port"`` each).
-
-    The same on every machine except ``task.index``; worker 0 is the chief (it writes the
-    checkpoints). Set it as JSON in the environment before the program creates its strategy:
-    ``os.environ["TF_CONFIG"] = json.dumps(mt.tf_config([...], index))``.
-    """
-    if isinstance(workers, str) or not list(workers):
-        raise ClusterConfigError(
-            f"workers must be a list of at least one 'host:port' address, one per worker, but got "
-            f"{workers!r}. For example mt.tf_config(['10.0.0.1:12345', '10.0.0.2:12345'], 0).")
-    workers = list(workers)
-    for address in workers:
-        host, _, port = str(address).rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ClusterConfigError(
-                f"{address!r} is not a 'host:port' address (a host name or IP, a colon, a port "
-                f"from 1 to 65535). Write each worker as 'hostname:12345'.")
-    if len(set(workers)) != len(workers):
-        raise ClusterConfigError(f"Two workers share an address in {workers!r}; each worker "
-                                 "needs its own host:port.")
-    whole_number(index, WorkerIndexError, f"index must be this worker's position in the list, "
-                 f"0 to {len(workers) - 1}, but got {index!r}.", low=0, high=len(workers) - 1)
-    return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
 
 
 class RunningJob:
@@ -237,13 +214,24 @@ class MultiWorkerCluster:
         ckpt = self.checkpoint_dir
         if not resume:
             shutil.rmtree(ckpt, ignore_errors=True)
-        self._runs += 1
-        run_dir = os.path.join(self.directory, f"run_{self._runs}")
-        os.makedirs(run_dir)
+        run_dir = self._new_run_dir()
         with open(os.path.join(run_dir, "config.json"), "w") as f:
             json.dump({"job": job_dict(job), "replicas_per_worker": self.replicas_per_worker,
                        "checkpoint_dir": ckpt if job.checkpoint_every or resume else None,
                        "kill": kill}, f)
+        configs, launcher = self._launch(run_dir)
+        running = RunningJob(self, job, run_dir, configs, launcher, kill)
+        self._running.add(running)
+        return running
+
+    def _new_run_dir(self) -> str:
+        self._runs += 1
+        run_dir = os.path.join(self.directory, f"run_{self._runs}")
+        os.makedirs(run_dir)
+        return run_dir
+
+    def _launch(self, run_dir: str, program: dict | None = None) -> tuple[list[dict], Supervisor]:
+        """Start the launcher of one run: every worker's TF_CONFIG, and its supervisor."""
         if self.contained:
             configs = self.tf_configs()
         else:
@@ -252,14 +240,40 @@ class MultiWorkerCluster:
                 "This machine cannot make a private network namespace, so the workers' gRPC "
                 "ports listen on every interface of this machine while the job runs, and run "
                 "any TensorFlow op for whoever connects. On a shared machine, keep them behind a "
-                "firewall."), stacklevel=3)
+                "firewall."), stacklevel=4)
         launch = {"run_dir": run_dir, "tf_configs": configs, "netns": self.contained,
-                  "python": sys.executable, "timeout": self.timeout, "grace": self.grace}
-        launcher = Supervisor("mirrortutor.clusters.launcher", [json.dumps(launch)],
-                              contained=self.contained, what="the worker launcher")
-        running = RunningJob(self, job, run_dir, configs, launcher, kill)
-        self._running.add(running)
-        return running
+                  "python": sys.executable, "timeout": self.timeout, "grace": self.grace,
+                  "program": program}
+        return configs, Supervisor("mirrortutor.clusters.launcher", [json.dumps(launch)],
+                                   contained=self.contained, what="the worker launcher")
+
+    def run_program(self, script, *args, kill_worker: int | None = None,
+                    at_step: int | None = None, record: bool = True,
+                    recording: Recording | None = None) -> ClusterProgramRun:
+        """Run ``script`` (plain TensorFlow, unchanged) in every worker process, each with its
+        ``TF_CONFIG``, as ``python SCRIPT ARGS`` would; wait; return how each ended.
+
+        ``record=True``: under mirrortutor's recording strategies (``python -m mirrortutor
+        record``; the traces come back merged), ``False``: stock TensorFlow. ``kill_worker`` /
+        ``at_step``: that worker is killed (SIGKILL) in step ``at_step`` (from 0), when its
+        recording reports that step (:mod:`~mirrortutor.clusters.program_worker`); the program
+        is not changed.
+        """
+        self._need_started()
+        spec = program_spec(script, args, num_workers=self.num_workers,
+                            replicas_per_worker=self.replicas_per_worker, kill_worker=kill_worker,
+                            at_step=at_step, record=record, recording=recording)
+        run_dir = self._new_run_dir()
+        t0 = time.monotonic()
+        configs, launcher = self._launch(run_dir, spec)
+        try:
+            launcher.expect("started", "start the program's workers",
+                            "Run mt.MultiWorkerCluster(..., debug=True) to see why.")
+            line = launcher.read_line().split(maxsplit=1)
+        finally:
+            launcher.stop()  # returns once every worker is gone
+        codes = json.loads(line[1]) if line[:1] == ["done"] else [None] * self.num_workers
+        return collect(spec, run_dir, configs, codes, time.monotonic() - t0)
 
     def run(self, job: TrainingJob | None = None, *, resume: bool = False,
             kill_worker: int | None = None, at_step: int | None = None) -> MultiWorkerRun:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 import traceback
 
 from ..training.job import TrainingJob, WorkerResult, recording, train
 from .processes import die_with_parent
+from .program_worker import one_line
 
 
 def main(run_dir: str, index: int) -> int:
@@ -81,16 +81,6 @@ def progress_file(index: int) -> str:
 def result_file(index: int) -> str:
     """The file worker ``index`` writes its result to, in the run's directory."""
     return f"worker_{index}.npz"
-
-
-def one_line(exc: BaseException) -> str:
-    """The error's type and its first telling line (TF puts "Graph execution error:" first)."""
-    skip = ("Graph execution error", "Detected at node", "File ", "Additional GRPC")
-    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(exc))
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
-    telling = [l for l in lines if not l.startswith(skip)]
-    line = re.sub(r":?\s*goo\.gle/\S+", "", (telling or lines or [""])[0])  # varies run to run
-    return f"{type(exc).__name__}: {line}"
 
 
 def forked(run_dir: str, index: int, tf_config: str) -> None:

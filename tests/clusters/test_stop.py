@@ -10,7 +10,7 @@ still alive, and what is left in its temporary folder. A zombie counts as gone: 
 no file and no memory, only an exit status for its parent.
 
 The scenarios cover every launcher and way out: ``mt.MultiWorkerCluster`` after a finished job,
-after one worker was killed mid-run, and after an exception inside the ``with`` block while the
+after one worker was killed mid-run (a ``TrainingJob``, and a plain program by ``run_program``), and after an exception inside the ``with`` block while the
 workers train (contained, and not); ``mt.LocalCluster`` in process mode after a plain ``stop()``,
 and after a worker was killed and restarted and an exception left the ``with`` block; and
 ``mt.LocalCluster`` in ``in_process`` mode, which starts no process and must leave none.
@@ -143,6 +143,33 @@ def run_then_stop(name, **run):
     stopped(name, before, cluster)
 
 
+PROGRAM = os.path.join(sys.argv[1], "worker_program.py")  # written before any `before`
+with open(PROGRAM, "w") as f:
+    f.write("""
+import keras, numpy as np, tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+x = np.ones((64, 2), "float32")
+it = iter(strategy.experimental_distribute_dataset(
+    tf.data.Dataset.from_tensor_slices((x, x)).batch(4).repeat()))
+with strategy.scope():
+    v = tf.Variable(0.0)
+@tf.function
+def step(it):
+    return strategy.run(lambda b: v.assign_add(tf.reduce_sum(b[0])), args=(next(it),))
+for _ in range(200):
+    step(it)
+""")
+
+
+def program_then_stop(name, **run):
+    before = temp_entries()
+    cluster = mt.MultiWorkerCluster(workers=2, grace=3).start()
+    assert cluster.run_program(PROGRAM, **run).workers
+    stopped(name, before, cluster)
+
+
+program_then_stop("multiworker run_program, finished")
+program_then_stop("multiworker run_program, a worker killed mid-run", kill_worker=1, at_step=5)
 run_then_stop("multiworker, job finished")
 run_then_stop("multiworker, a worker killed mid-run", kill_worker=1, at_step=2)
 left_by_exception("multiworker, exception inside with while training",
@@ -202,12 +229,12 @@ def _assert_clean(report: dict, least_seen: int) -> None:
 
 
 def test_multiworker_stop_leaves_no_process_and_no_file(temp):
-    """Launcher, forkserver and workers are all gone when stop() returns (after a finished job, a
-    killed worker, an exception mid-job; contained or not), and no job folder or pymp-* folder
-    is left. Before stop() the record saw at least the janitor (and, mid-job, the launcher, its
+    """Launcher, forkserver and workers are all gone when stop() returns (after a finished job or
+    program run, a killed worker, an exception mid-job; contained or not), and no job folder or
+    pymp-* folder is left. Before stop() the record saw at least the janitor (and, mid-job, the launcher, its
     forkserver and both workers)."""
     report = _scenarios(MULTIWORKER, temp)
-    assert len(report) == 4
+    assert len(report) == 6
     _assert_clean(report, least_seen=1)
     for name, r in report.items():
         if "while training" in name:
