@@ -16,10 +16,13 @@ The job is fixed by its arguments: the starting weights (seed 1 in every run), t
 the all-reduced (summed) gradient is the gradient of the whole batch's mean loss: the same
 update, whatever the number of replicas. It prints the first and last training loss and the
 held-out loss and accuracy (fixed formats: no timings on stdout); the time of every step is in
-`step_seconds`, and --out writes losses, step times and weights to an .npz (from the chief).
+`step_seconds`, and --out DIR writes each worker's weights (DIR/weights-<task>.npz) and its
+losses, step times and held-out scores (DIR/run-<task>.json).
 """
 
 import argparse
+import json
+import os
 import time
 
 import keras
@@ -100,7 +103,10 @@ print(f"{args.strategy}, {strategy.num_replicas_in_sync} replica(s), seed {args.
       f"{losses[0]:.4f} -> {losses[-1]:.4f}; held-out loss {test_loss:.4f}, "
       f"accuracy {test_accuracy:.3f}")
 
-is_chief = args.strategy != "multiworker" or strategy.cluster_resolver.task_id == 0
-if args.out and is_chief:
-    np.savez(args.out, *model.get_weights(), losses=losses, step_seconds=step_seconds,
-             test=[test_loss, test_accuracy])
+if args.out:  # a folder: each worker's weights, and its losses and step times (for the notebook)
+    task = strategy.cluster_resolver.task_id if args.strategy == "multiworker" else 0
+    os.makedirs(args.out, exist_ok=True)
+    np.savez(os.path.join(args.out, f"weights-{task}.npz"), *model.get_weights())
+    with open(os.path.join(args.out, f"run-{task}.json"), "w") as f:
+        json.dump({"losses": losses, "step_seconds": step_seconds, "test_loss": test_loss,
+                   "test_accuracy": test_accuracy}, f)
