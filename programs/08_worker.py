@@ -56,6 +56,8 @@ is_chief = strategy.extended.should_checkpoint  # worker 0 (or the only machine)
 if args.files:
     rows = tf.data.Dataset.list_files(args.files, shuffle=False).flat_map(
         tf.data.TFRecordDataset).map(lambda r: tf.io.parse_tensor(r, tf.float32))
+    width = int(next(iter(rows)).shape[0])  # a row's length, which parse_tensor cannot know
+    rows = rows.map(lambda v: tf.ensure_shape(v, [width]))
     examples = rows.map(lambda v: {"index": tf.cast(v[0], tf.int64), "x": v[2:],
                                    "y": tf.cast(v[1], tf.int64)})
 else:

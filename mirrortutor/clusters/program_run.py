@@ -92,6 +92,8 @@ def program_spec(script, args, *, num_workers: int, replicas_per_worker: int,
                  kill_worker, at_step, record: bool, recording) -> dict:
     """Check the arguments of ``run_program`` and make the spec every worker receives."""
     path = Path(script)
+    if not path.is_file() and not path.is_absolute() and (Path("..") / path).is_file():
+        path = Path("..") / path  # the course's folder: notebooks run one level below it
     if not path.is_file():
         raise ProgramError(f"There is no program at {str(script)!r} (looked in {Path.cwd()}). "
                            "Give the path of a Python file: cluster.run_program('worker.py').")

@@ -13,12 +13,13 @@ Run one copy of the same program on every worker, each with its own ``TF_CONFIG`
 is, and whether it is the chief, TensorFlow says publicly: ``strategy.cluster_resolver.task_id``
 and ``strategy.extended.should_checkpoint``.
 
-Two additions to TF. Keras ``fit`` runs under it (with TF's own class it fails in TF 2.21 /
-Keras 3.15, keras-team/keras#20585): see :meth:`MultiWorkerMirroredStrategy.reduce`. And on CPU,
-TF gives each worker a single replica (``/device:CPU:0``) however
-many logical CPUs it has. ``replicas_per_worker=k`` gives it ``k`` logical CPUs instead (made
-by the strategy itself, before TensorFlow's runtime starts: do not call ``mt.setup`` in a worker),
-so one machine can stand in for workers with several GPUs each.
+It behaves as TF's class does, errors included: Keras 3 ``fit`` fails under it exactly as under
+``tf.distribute.MultiWorkerMirroredStrategy`` in TF 2.21 / Keras 3.15 (keras-team/keras#20585; a
+test compares the two). One addition, asked for by name: on CPU, TF gives each worker a single
+replica (``/device:CPU:0``) however many logical CPUs it has; ``replicas_per_worker=k`` gives it
+``k`` logical CPUs instead (made by the strategy itself, before TensorFlow's runtime starts: do
+not call ``mt.setup`` in a worker), so one machine can stand in for workers with several GPUs
+each. Without that argument the replicas are TF's own choice.
 """
 
 from __future__ import annotations
@@ -73,15 +74,6 @@ class MultiWorkerMirroredStrategy(RecordingStrategy, tf.distribute.MultiWorkerMi
                 "communication but no GPUs detected/specified.' and runs its CPU collectives "
                 "instead (here: the same numbers as RING). Use RING (or AUTO) on CPUs.")
             self.trace.warn(message, cause="NCCL on CPUs")
-
-    def reduce(self, reduce_op, value, axis):
-        """``tf.distribute.Strategy.reduce``, except that ``axis=0`` on per-replica *scalars* means
-        what it means on one machine, the reduction across replicas (TF's multi-worker version
-        tries to reduce a scalar's dimension 0 and fails; Keras ``fit`` does this for its loss)."""
-        if axis is not None and all(
-                getattr(v, "values", (v,))[0].shape.rank == 0 for v in tf.nest.flatten(value)):
-            axis = None
-        return super().reduce(reduce_op, value, axis)
 
     @property
     def communication(self) -> str:

@@ -11,8 +11,8 @@ for the notebook to merge, written in mirrortutor's file format (:meth:`WorkerRe
 ``mt.MirroredStrategy``: the single-machine reference the multi-worker run must match.
 
 ``TrainingJob(loop="fit")`` runs the same job with Keras ``model.fit`` instead of the custom loop
-(:mod:`.fit`): with TensorFlow's own ``MultiWorkerMirroredStrategy`` that fails
-(keras-team/keras#20585); under ``mt.MultiWorkerMirroredStrategy`` it runs.
+(:mod:`.fit`): under ``MultiWorkerMirroredStrategy``, TensorFlow's or mirrortutor's, that fails
+(keras-team/keras#20585); it runs under ``MirroredStrategy``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import mirrortutor as mt
 from mirrortutor.grading import questions
 from mirrortutor.grading.checks import QUESTIONS, load_questions
 from mirrortutor.grading import release
-from mirrortutor.grading.questions import ch02, ch05, ch06, ch07, ch09
+from mirrortutor.grading.questions import ch02, ch05, ch06, ch07, ch08, ch09
 
 from exercise_keys import ROOT, key
 
@@ -228,3 +228,30 @@ def test_q10_5_reference_is_tensorflows_update_and_the_per_replica_mean_is_named
     assert verdict_of(results) is None
     wrong = [_train_on(devices, r, b, lr, divisor=b // r) for r, b, lr in cases]
     assert "global batch" in verdict_of(wrong) and "each replica divided" in verdict_of(wrong)
+
+
+def test_the_input_pipeline_rule_is_what_tf_data_makes():
+    """q8.4: ch08.pipeline is what tf.data makes of the worker program's input pipeline (full
+    batches, the option set), read back by describe_dataset; an unset option, a short last batch
+    and a non-dataset are each named, and the rule is checked on the key's hidden cases too."""
+    from mirrortutor.grading.checks import verdict
+
+    def right(n, g, policy):
+        dataset = tf.data.Dataset.range(n).batch(g, drop_remainder=True)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy[policy]
+        return dataset.with_options(options)
+
+    hidden = [[7, 8, "DATA"], [33, 11, "OFF"], [100, 25, "FILE"], [12, 5, "AUTO"]]
+    for case in [*ch08.PIPELINE_CASES, *hidden]:
+        assert ch08.describe_dataset(right(*case)) == ch08.pipeline(*case), case
+    load_questions()
+    q = QUESTIONS["q8.4"]
+    assert verdict(q, q.kind.export(right, hidden), hidden)[0]
+    unset = lambda n, g, p: tf.data.Dataset.range(n).batch(g, drop_remainder=True)  # noqa: E731
+    short = lambda n, g, p: right(n, g, p).unbatch().batch(g)  # noqa: E731
+    for wrong, words in ((unset, "never set"), (short, "drop_remainder"),
+                         (lambda n, g, p: list(range(n)), "tf.data.Dataset itself")):
+        ok, said = verdict(q, q.kind.export(wrong, hidden), hidden)
+        assert not ok and words in said, said

@@ -101,7 +101,7 @@ CLAIMS: dict[str, list[str]] = {
         "08-chief-checkpoints",
         "08-one-death-stops-all",
         "08-resume-same-weights",
-        "08-fit-backup-and-restore-resumes",
+        "08-fit-fails-as-in-tf",
     ],
     "10_which_strategy": [
         "10-sync-same-as-one-device",

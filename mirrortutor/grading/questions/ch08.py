@@ -5,11 +5,17 @@ per replica of the whole cluster, and the workers take them in turn, worker w ke
 w + W, … (:func:`data_shards`); TensorFlow numbers the replicas ``replica_id_in_sync_group = w ×
 replicas_per_worker + local replica``, so replica ids and batch order differ (q8.1 predicts it,
 q8.2 observes it on a real two-process job). With ``OFF`` every worker reads the same examples,
-so a step trains on fewer distinct examples than its global batch (q8.3).
+so a step trains on fewer distinct examples than its global batch (q8.3). q8.4 asks for the
+TensorFlow itself: the input pipeline of chapter 08's worker program, global batches with
+``tf.data.Options().experimental_distribute.auto_shard_policy`` set, run on hidden inputs.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
+from ..answers import Function
 from ..checks import integers, judge_number, question, short
 
 WORKERS, REPLICAS_PER_WORKER, GLOBAL_BATCH = 2, 2, 32  # the cluster and job of every question
@@ -90,3 +96,83 @@ def _q8_3(answer):
                64.0: "64 is more than the batch holds; count distinct ids in step 0 only."},
         fallback="Put every example id of step 0, from both workers' traces, in one set.",
         said="you counted {value}. {hint}")
+
+
+# ---- q8.4: the input pipeline, in TensorFlow ---------------------------------------------------
+MAX_BATCHES = 50  # batches of one dataset handed over as data
+
+
+def describe_dataset(dataset) -> dict:
+    """A ``tf.data.Dataset`` as data, in the student's kernel: its auto-shard policy, its static
+    batch size and its batches' element numbers (the judge never sees TensorFlow)."""
+    import numpy as np
+    import tensorflow as tf
+
+    if not isinstance(dataset, tf.data.Dataset):
+        return {"type": type(dataset).__name__}
+    policy = dataset.options().experimental_distribute.auto_shard_policy
+    shape = getattr(dataset.element_spec, "shape", None)
+    return {"type": "Dataset", "policy": getattr(policy, "name", str(policy)),
+            "batch_dim": None if shape is None or shape.rank in (None, 0) else shape[0],
+            "batches": [np.asarray(b).tolist() for b in dataset.take(MAX_BATCHES)]}
+
+
+@dataclass(frozen=True)
+class DatasetFunction(Function):
+    """A function answer that returns a ``tf.data.Dataset``: each call's dataset is handed over
+    as :func:`describe_dataset` describes it."""
+
+    def export(self, fn, hidden: list) -> dict:
+        if callable(fn):  # the student's source stays readable through the wrapper (__wrapped__)
+            student = fn
+            fn = functools.wraps(student)(lambda *args: describe_dataset(student(*args)))
+        return super().export(fn, hidden)
+
+
+def pipeline(num_examples: int, global_batch_size: int, policy: str) -> dict:
+    """What ``input_pipeline`` should make, described as :func:`describe_dataset` does."""
+    full = num_examples // global_batch_size
+    return {"type": "Dataset", "policy": policy, "batch_dim": global_batch_size,
+            "batches": [list(range(b * global_batch_size, (b + 1) * global_batch_size))
+                        for b in range(min(full, MAX_BATCHES))]}
+
+
+PIPELINE_CASES = ((64, 16, "DATA"), (50, 16, "OFF"), (40, 8, "FILE"))
+
+
+@question("q8.4", "08_multi_worker",
+          "write input_pipeline(num_examples, global_batch_size, policy): tf.data global batches "
+          "of the example numbers, full batches only, with auto_shard_policy set to policy",
+          right="your input_pipeline makes the program's global batches (every one full, so each "
+                "step splits the same way over every worker) and tells "
+                "experimental_distribute_dataset how to shard them, through "
+                "tf.data.Options().experimental_distribute.auto_shard_policy.",
+          kind=DatasetFunction("input_pipeline", PIPELINE_CASES))
+def _q8_4(calls):
+    for (n, g, policy), got in calls:
+        want = pipeline(n, g, policy)
+        if got == want:
+            continue
+        shown = f"input_pipeline({n}, {g}, {policy!r})"
+        if not isinstance(got, dict) or got.get("type") != "Dataset":
+            return (f"{shown} returned {short(got)}; return the tf.data.Dataset itself "
+                    "(tf.data.Dataset.range(num_examples).batch(...), with its options).")
+        if got.get("policy") != policy:
+            unset = got.get("policy") == "AUTO"
+            return (f"{shown} has auto_shard_policy {got.get('policy')}, not {policy}" +
+                    (": the option was never set. Make a tf.data.Options(), set "
+                     "options.experimental_distribute.auto_shard_policy = "
+                     "tf.data.experimental.AutoShardPolicy[policy], and return "
+                     "dataset.with_options(options)." if unset else "."))
+        batches = got.get("batches")
+        if isinstance(batches, list) and batches and batches[:len(want["batches"])] == \
+                want["batches"] and len(batches) > len(want["batches"]):
+            return (f"{shown} ends with a short batch {short(batches[-1])}: pass "
+                    "drop_remainder=True to batch(), so that every step is a full global batch.")
+        if batches != want["batches"]:
+            return (f"{shown} gave the batches {short(batches)}; expected {short(want['batches'])}: "
+                    f"the numbers 0 to {n - 1}, in order, in batches of {g}.")
+        if got.get("batch_dim") != g:
+            return (f"{shown} has the right batches, but its batch dimension is unknown to "
+                    "TensorFlow (None): batch with drop_remainder=True.")
+    return None

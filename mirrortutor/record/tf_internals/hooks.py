@@ -235,12 +235,13 @@ class ObservedCollectiveExtended(ObservedMirroredExtended,
             communication_options=communication_options)
 
     def _reduce_to(self, reduce_op, value, destinations, options):
-        # TF's own _reduce_to (collectives across workers; it routes through the observing
-        # _get_cross_device_ops), mapped over nested values as MirroredExtended's is: TF's takes
-        # one tensor only, so Keras fit's reduce of an (x, y) batch failed (keras#20585).
-        reduce_one = collective_lib.CollectiveAllReduceExtended._reduce_to
-        return tf.nest.map_structure(
-            lambda v: reduce_one(self, reduce_op, v, destinations, options), value)
+        # TF's own CollectiveAllReduceExtended._reduce_to, as it is (collectives across workers;
+        # it routes through the observing _get_cross_device_ops). Named here because the
+        # observing MirroredExtended version comes first in the method order. It takes one
+        # tensor, not a nest: Keras 3 fit fails on it (keras-team/keras#20585), and so it must
+        # under this drop-in too: behaving as TF does includes TF's errors.
+        return collective_lib.CollectiveAllReduceExtended._reduce_to(
+            self, reduce_op, value, destinations, options)
 
     def _initialize_local_devices(self, cluster_resolver, worker_device):
         devices, kind = super()._initialize_local_devices(cluster_resolver, worker_device)
