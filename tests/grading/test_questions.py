@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -353,6 +354,60 @@ def test_the_pipeline_and_straggler_rules_and_the_diagnosis_judge():
                   {"cause": "stragglers"}, "stragglers"):
         right, said = verdict(q, wrong, [])
         assert not right and "not yet" in said, said
+
+
+def _train_on(devices, replicas, global_batch, rate, divisor=None):
+    """q10.5's loop under TensorFlow's own MirroredStrategy; ``divisor``: each replica divides its
+    loss by this many examples instead of the global batch (the mistake the judge names)."""
+    import keras
+    from mirrortutor.grading.questions import ch10
+
+    x, y = ch10.linear_data()
+    strategy = tf.distribute.MirroredStrategy(devices[:replicas],
+                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(
+            1, use_bias=False, kernel_initializer="zeros")])
+        optimizer = keras.optimizers.SGD(learning_rate=rate)
+
+    def replica_step(batch):
+        xb, yb = batch
+        with tf.GradientTape() as tape:
+            per_example = tf.square(yb - model(xb, training=True))[:, 0]
+            loss = tf.reduce_sum(per_example) / (divisor or global_batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    @tf.function
+    def step(batch):
+        strategy.run(replica_step, args=(batch,))
+
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=True)
+    for batch in strategy.experimental_distribute_dataset(data):
+        step(batch)
+    return model.get_weights()
+
+
+def test_q10_5_reference_is_tensorflows_update_and_the_per_replica_mean_is_named(devices):
+    """q10.5's numpy SGD is what MirroredStrategy computes on every public and hidden case; a loop
+    that divides each replica's loss by its own batch is told so."""
+    from mirrortutor.grading.answers import Calls
+    from mirrortutor.grading.questions import ch10
+
+    load_questions()
+    cases = [*ch10.STEP_CASES, *[tuple(c) for c in release.hidden_inputs(key("10"))["q10.5"]]]
+    results = [_train_on(devices, *case) for case in cases]
+    for case, weights in zip(cases, results):
+        assert np.allclose(weights[0][:, 0], ch10.sgd_weights(case[1], case[2]), rtol=1e-4, atol=1e-5)
+
+    def verdict_of(results):
+        data = {"callable": True, "source": "def train_on(...)", "calls": [
+            {"case": list(c), "result": [w.tolist() for w in r]} for c, r in zip(cases, results)]}
+        return QUESTIONS["q10.5"].judge(Calls("train_on", data, [list(c) for c in cases]))
+
+    assert verdict_of(results) is None
+    wrong = [_train_on(devices, r, b, lr, divisor=b // r) for r, b, lr in cases]
+    assert "global batch" in verdict_of(wrong) and "each replica divided" in verdict_of(wrong)
 
 
 def test_the_input_pipeline_rule_is_what_tf_data_makes():

@@ -108,9 +108,9 @@ CLAIMS: dict[str, list[str]] = {
         "08-fit-fails-as-in-tf",
     ],
     "10_which_strategy": [
+        "10-sync-same-as-one-device",
         "10-sync-straggler-same-numbers",
         "10-multiworker-same-as-mirrored",
-        "10-fit-multiworker-same-as-one-machine",
         "10-split-model-same-as-whole",
         "10-same-examples-fair-rates",
         "10-linear-scaling-costs-examples",

@@ -59,6 +59,10 @@ PROGRAMS: dict[str, Swap | tuple[Swap, ...]] = {
                      Swap(replicas=1, workers=2, prepare=DIGITS, args=[
                          "--data", "{tmp}/train.npz", "--steps", "6", "--checkpoint-dir",
                          "{tmp}/ckpt", "--checkpoint-every", "3"])),
+    "10_train.py": (Swap(replicas=3, args=["--strategy", "mirrored", "--global-batch", "24",
+                                           "--epochs", "1"]),
+                    Swap(replicas=1, workers=2, args=["--strategy", "multiworker",
+                                                      "--global-batch", "24", "--epochs", "1"])),
 }
 RUNS = [(name, i) for name, swaps in PROGRAMS.items()
         for i in range(len(swaps) if isinstance(swaps, tuple) else 1)]
