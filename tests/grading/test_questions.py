@@ -97,7 +97,7 @@ def test_the_ring_bytes_rule_is_the_simulators():
 
 
 def test_the_staleness_rule_is_version_applied_minus_version_read():
-    """q7.1's reference counts exactly what AsyncTrace calls staleness, from the same log."""
+    """q7.1's reference counts staleness as chapter 07 does: updates applied in between."""
     for reads, applies in ch07.TIMELINES:
         read_version = [sum(1 for t in applies if t < r) for r in reads]  # updates before the read
         applied_version = list(range(len(applies)))  # updates are logged in the order applied
