@@ -13,11 +13,9 @@ DOCUMENTED = {
     "BatchSplitError", "OutsideScopeError", "UnknownDatasetError",
     "LocalCluster", "ClusterInfo", "AsyncSGD", "AsyncTrace", "Straggler", "UpdateRecord",
     "ClusterConfigError", "ClusterStateError", "WorkerIndexError", "ExposedPortWarning",
-    "check", "MultiWorkerMirroredStrategy", "WorkerTraces", "MultiWorkerCluster", "MultiWorkerRun",
-    "TrainingJob",
-    "WorkerResult", "train_job", "tf_config", "JobConfigError",
+    "check", "MultiWorkerMirroredStrategy", "WorkerTraces", "MultiWorkerCluster",
+    "tf_config", "JobConfigError",
     "SyncSGD", "SyncTrace", "SyncStep", "ps_plots", "claim", "ClaimError", "diagnose",
-    "StrategyComparison", "StrategyRun", "compare_strategies",
     "ParameterServerStrategy", "ClusterCoordinator", "ParameterServerTrace", "RecordingTypeError",
     "run_program", "show_program", "straggle",
 }
