@@ -250,15 +250,16 @@ def test_worker_ports_answer_only_inside_their_namespace():
 
 # ---- sharding choices --------------------------------------------------------------------------
 def test_off_sharding_hands_both_workers_the_same_examples(runs):
-    """AutoShardPolicy.OFF (08_worker.py --shard-policy OFF): both workers read the whole global
-    batch, examples 0..31 (TF's own pipeline; the recording only looks)."""
+    """AutoShardPolicy.OFF (08_worker.py --shard-policy OFF): nothing is sharded, so both workers
+    receive the same examples, 0..15 (the 32-example batch rebatched for 2 replicas; TF's own
+    pipeline, the recording only looks)."""
     tmp = runs["tmp"]
     with MultiWorkerCluster(workers=2) as cluster:
         off = cluster.run_program(WORKER, "--data", str(tmp / "train.npz"), "--steps", "1",
                                   "--global-batch", "32", "--shard-policy", "OFF")
     assert off.ok, off.summary()
     ids = [off.trace(w).example_ids(0)[0].tolist() for w in (0, 1)]
-    assert ids[0] == ids[1] == list(range(32))
+    assert ids[0] == ids[1] == list(range(16))
 
 
 #: Keras 3 fit, as the tutorials write it, on every worker (TF_CONFIG from the launcher).
