@@ -76,19 +76,21 @@ CLAIMS: dict[str, list[str]] = {
     "06_parameter_servers": [
         "06-copies-stay-equal",
         "06-placement",
+        "06-dataset-fn-traced-with-its-data",
         "06-first-loss-is-ln10",
         "06-workers-read-the-same-batches",
         "06-every-step-logged-once",
+        "06-each-worker-its-own-shuffle",
         "06-both-runs-learn",
         "06-some-updates-stale",
-        "06-counter-never-gains",
+        "06-one-op-counter-counts-all",
     ],
     "07_stale_gradients": [
         "07-straggler-holds-sync",
         "07-staleness-from-in-flight",
         "07-straggler-staler",
-        "07-staleness-costs-examples",
         "07-linear-scaling-costs-too",
+        "07-async-below-sync",
         "07-straggler-costs-sync-more",
     ],
     "08_multi_worker": [

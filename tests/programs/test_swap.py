@@ -52,6 +52,8 @@ DIGITS = ("import numpy as np, mirrortutor as mt\n"
 #: Every program the chapters run, and a short run of it.
 PROGRAMS: dict[str, Swap | tuple[Swap, ...]] = {
     "custom_loop.py": Swap(replicas=4),
+    "05_scaling.py": Swap(replicas=4, args=["--replicas", "4", "--epochs", "2", "--lr-rule",
+                                            "warmup"]),
     "08_worker.py": (Swap(replicas=2, args=["--data", "{tmp}/train.npz", "--steps", "6"],
                           prepare=DIGITS),  # one machine: MirroredStrategy, as the reference
                      Swap(replicas=1, workers=2, prepare=DIGITS, args=[

@@ -1,11 +1,11 @@
-"""The scaling experiments behind chapter 5, and the widget panel over them."""
+"""The scaling experiments that chapter 5 ran before its training became a program of its own
+(programs/05_scaling.py; the panel is tested with it in tests/programs/test_scaling_program.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 import mirrortutor as mt
-from mirrortutor import widgets
 from mirrortutor.training import scaling as experiments
 
 FAST = dict(epochs=2, width=32, depth=1)
@@ -92,27 +92,6 @@ def test_a_global_batch_that_does_not_split_is_rejected():
     """A global batch that Keras fit cannot split evenly raises BatchSplitError with a fix."""
     with pytest.raises(mt.BatchSplitError, match="multiple of 8"):
         mt.experiments.config_for_global_batch(100, replicas=8)
-
-
-def test_panel_runs_and_redraws_then_reports_bad_settings(devices):
-    """Clicking Run adds a line to every chart; a bad setting shows a message, the panel goes on."""
-    lab = mt.widgets.ScalingLab(devices=devices)
-    lab.epochs.value, lab.width.value, lab.depth.value = 1, 32, 1
-    lab.replicas.value = 2
-    lab.run_button.click()
-    assert len(lab.results) == 1 and lab.message.value == ""
-    assert len(lab.loss_chart.data) == 3
-    assert len(lab.time_chart.data) == 4  # compute, all-reduce, input, and the rest of the step
-    lab.global_batch.value = 100
-    lab.replicas.value = 8
-    lab.run_button.click()
-    assert "Cannot run" in lab.message.value and "multiple of 8" in lab.message.value
-    lab.global_batch.value = 0
-    lab.replicas.value = 4
-    lab.run_button.click()  # still usable, and changing the replica count between runs works
-    assert [r.config.replicas for r in lab.results] == [2, 4] and lab.message.value == ""
-    assert len(lab.loss_chart.data) == 6
-    assert "not GPU speed" in lab.time_chart.layout.annotations[0].text
 
 
 def test_runs_and_measurements_share_one_vocabulary_of_implementations():
