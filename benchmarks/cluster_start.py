@@ -4,7 +4,8 @@
   runs (what every child process pays before doing anything);
 - ``mt.LocalCluster(workers=2, ps=1)`` from ``start()`` to a connected coordinator
   (``cluster.info.start_seconds``), in fresh interpreters;
-- a 2-worker ``mt.MultiWorkerCluster`` job of one step, from launch to every worker's result.
+- a 2-worker ``mt.MultiWorkerCluster`` run of a one-step plain TF program
+  (``tests/clusters/programs/steps.py``), from launch to every worker's result.
 
 Times are wall-clock on this machine (2 shared cores here): compare runs of the same machine.
 Usage: python benchmarks/cluster_start.py [--repeats N]
@@ -16,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 REPEATS = int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 3
 
@@ -45,11 +47,14 @@ with mt.LocalCluster(workers=2, ps=1) as cluster:
     print(cluster.info.start_seconds)
 """
 
-MULTI = """
+STEPS = Path(__file__).resolve().parents[1] / "tests" / "clusters" / "programs" / "steps.py"
+
+MULTI = f"""
 import warnings, time; warnings.simplefilter("ignore")
 import mirrortutor as mt
 with mt.MultiWorkerCluster(workers=2) as cluster:
-    run = cluster.run(mt.TrainingJob(steps=1))
+    run = cluster.run_program({str(STEPS)!r}, "--steps", "1", record=False)
+    assert run.ok, run.summary()
     print(run.seconds)
 """
 
@@ -59,5 +64,5 @@ if __name__ == "__main__":
         print(f"import {module:32s} {median(import_seconds(module) for _ in range(REPEATS))}")
     print(f"{'LocalCluster(2 workers, 1 ps) start':39s} "
           f"{median(float(fresh(LOCAL)) for _ in range(REPEATS))}")
-    print(f"{'MultiWorkerCluster 2 workers, 1-step job':39s} "
+    print(f"{'MultiWorkerCluster 2 workers, 1-step run':39s} "
           f"{median(float(fresh(MULTI)) for _ in range(REPEATS))}")

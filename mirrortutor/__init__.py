@@ -12,7 +12,7 @@ The package reads like the course's table of contents, one room per part:
 
 - ``collectives/``  all-reduce from scratch, its cost model, and its speed measured here
 - ``record/``       the instrumented strategies and the trace they write
-- ``training/``     scaling experiments, synchronous and asynchronous SGD, multi-worker jobs
+- ``training/``     scaling experiments, synchronous and asynchronous SGD
 - ``clusters/``     real parameter-server and multi-worker clusters on this machine
 - ``plots/``        the course's figures; ``widgets`` its panel
 - ``grading/``      exercise checks, release and grading
@@ -58,8 +58,6 @@ clusters.ps          LocalCluster ClusterInfo
 training.diagnose    diagnose
 record.multiworker   MultiWorkerMirroredStrategy
 clusters.multiworker MultiWorkerCluster tf_config
-training.merged      MultiWorkerRun
-training.job         TrainingJob WorkerResult train:train_job
 errors               MirrortutorError ReplicaCountError DevicesAlreadyInitializedError
 errors               BatchSplitError OutsideScopeError UnknownDatasetError ClusterConfigError
 errors               ClusterStateError WorkerIndexError JobConfigError ClaimError

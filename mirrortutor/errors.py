@@ -164,7 +164,8 @@ class DiagnosisError(MirrortutorError, ValueError):
 
 
 class JobConfigError(MirrortutorError, ValueError):
-    """A multi-worker training job asked for with settings its workers cannot run."""
+    """A multi-worker run asked for with settings its workers cannot run (``cluster.run_program``:
+    a kill without recording, a kill step that is not a step)."""
 
 
 class ProgramError(MirrortutorError, ValueError):

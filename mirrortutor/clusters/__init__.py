@@ -6,10 +6,9 @@
 - :mod:`.agent`: the child process that runs a parameter-server cluster's tasks;
 - :mod:`.ps`: ``mt.LocalCluster``, the parameter-server cluster the notebook coordinates, and
   :mod:`.watch`, which turns its lost tasks into plain errors;
-- :mod:`.launcher`: the child process that starts a multi-worker job's workers, and
-  :mod:`.worker`, the program each of them runs (a ``TrainingJob``), or
-  :mod:`.program_worker`, which runs a plain script unchanged (``cluster.run_program``; its
-  result: :mod:`.program_run`);
+- :mod:`.launcher`: the child process that starts a multi-worker run's workers, and
+  :mod:`.program_worker`, which runs a plain script unchanged in each of them
+  (``cluster.run_program``; its result: :mod:`.program_run`);
 - :mod:`.multiworker`: ``mt.MultiWorkerCluster``, and :mod:`.tfconfig`: ``mt.tf_config``.
 
 Nothing is imported here, so a child process imports only what it runs.

@@ -1,4 +1,4 @@
-"""Starts the worker processes of one multi-worker job, watches them, and leaves nothing behind.
+"""Starts the worker processes of one multi-worker program run, watches them, and leaves nothing behind.
 
 Run as ``python -m mirrortutor.clusters.launcher CONFIG`` by
 :class:`~mirrortutor.clusters.multiworker.MultiWorkerCluster`. It imports only the standard library
@@ -30,10 +30,9 @@ import time
 from .forkserver import ForkedProcess
 from .processes import Children, loopback_up
 
-#: What the launcher's forkserver imports once, for every worker it forks.
-PRELOAD = ("tensorflow", "keras", "mirrortutor.record.multiworker", "mirrortutor.clusters.worker")
-#: ... and for a plain program (``cluster.run_program``): the substitution and the program runner.
-PROGRAM_PRELOAD = ("tensorflow", "keras", "mirrortutor.record.multiworker",
+#: What the launcher's forkserver imports once, for every worker it forks: TensorFlow, the
+#: substitution and the program runner (``cluster.run_program``).
+PRELOAD = ("tensorflow", "keras", "mirrortutor.record.multiworker",
                    "mirrortutor.record.substitute", "mirrortutor.record.program",
                    "mirrortutor.clusters.program_worker")
 
@@ -50,15 +49,12 @@ def launch(config: dict) -> list[int]:
     run_dir = config["run_dir"]
     os.environ.pop("TF_CONFIG", None)
     children = Children()
-    # A plain program (its spec given) runs under program_worker; a TrainingJob under worker.
-    program = config.get("program")
-    preload, target = ((PROGRAM_PRELOAD, "mirrortutor.clusters.program_worker:forked")
-                       if program else (PRELOAD, "mirrortutor.clusters.worker:forked"))
-    extra = (json.dumps(program),) if program else ()
+    program = json.dumps(config["program"])  # what every worker runs (program_worker)
     try:
         for i, tf_config in enumerate(config["tf_configs"]):  # forked: TensorFlow imported once
-            children.adopt(i, ForkedProcess(preload, target,
-                                            (run_dir, i, json.dumps(tf_config), *extra),
+            children.adopt(i, ForkedProcess(PRELOAD,
+                                            "mirrortutor.clusters.program_worker:forked",
+                                            (run_dir, i, json.dumps(tf_config), program),
                                             os.path.join(run_dir, f"worker_{i}.log"),
                                             name=f"mt mw worker {i}", tmpdir=run_dir))
         procs = [children.procs[i] for i in range(len(config["tf_configs"]))]

@@ -7,7 +7,6 @@ child starts the TensorFlow processes and watches them. This module holds what b
 - :class:`Supervisor`, the kernel's end: start the child, talk to it in lines, stop it;
 - :class:`Children`, the supervisor's end: kill and wait for its own children, and
   :meth:`Children.close`, which returns once nothing it started is alive;
-- :func:`die_with_parent`, called by a grandchild first thing: die when the supervisor dies;
 - :class:`Janitor`: a folder removed when the kernel dies, even by SIGKILL;
 - free ports on 127.0.0.1, and the private network namespace (:func:`netns_available`,
   :func:`private_network`, :func:`containment`, :func:`loopback_up`).
@@ -28,7 +27,6 @@ import fcntl
 import functools
 import os
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -37,13 +35,9 @@ import threading
 
 from ..errors import ClusterConfigError, ClusterStateError
 
-__all__ = ["Children", "Janitor", "PARENT_ENV", "Supervisor", "alive", "check_port_free",
-           "containment", "die_with_parent", "free_listeners", "free_ports", "loopback_up",
+__all__ = ["Children", "Janitor", "Supervisor", "alive", "check_port_free",
+           "containment", "free_listeners", "free_ports", "loopback_up",
            "netns_available", "private_network"]
-
-#: The environment variable that tells a grandchild which pid it must outlive no longer.
-PARENT_ENV = "MIRRORTUTOR_PARENT_PID"
-
 
 # ---- containment ------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=1)
@@ -89,25 +83,6 @@ def loopback_up() -> None:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | IFF_UP))
     finally:
         sock.close()
-
-
-def die_with_parent() -> None:
-    """In a grandchild, first thing: be killed when the supervisor that started it dies.
-
-    Reads the supervisor's pid from :data:`PARENT_ENV`; if the supervisor died before this ran,
-    exit at once. Linux only; elsewhere the supervisor's own clean-up still kills its children.
-    """
-    parent = os.environ.pop(PARENT_ENV, None)
-    if parent is None:
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        return
-    if os.getppid() != int(parent):  # it died before the prctl: nobody would signal us
-        os._exit(1)
 
 
 def alive(pid: int | None) -> bool:

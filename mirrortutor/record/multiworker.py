@@ -9,7 +9,7 @@ and the all-reduced output, which is the sum over the whole cluster.
 
 Run one copy of the same program on every worker, each with its own ``TF_CONFIG`` (see
 :func:`mirrortutor.tf_config`). Each worker's trace holds only its *local* replicas;
-:class:`mirrortutor.MultiWorkerRun` merges the workers' traces into one view. Which worker this
+:class:`mirrortutor.WorkerTraces` puts the workers' traces side by side. Which worker this
 is, and whether it is the chief, TensorFlow says publicly: ``strategy.cluster_resolver.task_id``
 and ``strategy.extended.should_checkpoint``.
 

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 #: The veth pair's addresses: IPv4 link-local, on links this probe makes and removes itself.
 HOST_IP, PEER_IP = "169.254.181.1", "169.254.181.2"
@@ -71,7 +72,7 @@ def _what(pid: int) -> str:
     args = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
     words = [a.decode(errors="replace") for a in args if a]
     for key, name in (("ipykernel", "kernel"), ("clusters.kernel", "kernel"),
-                      ("clusters.agent", None), ("clusters.worker", "multi-worker worker"),
+                      ("clusters.agent", None), ("clusters.program_worker", "multi-worker worker"),
                       ("clusters.launcher", "multi-worker launcher")):
         if any(key in w for w in words):
             if name is None:  # the agent, or a task it serves
@@ -182,6 +183,8 @@ def reachability(sockets: list[dict], unix_paths: list[str], peer: str | None) -
 
 
 # ---- one kernel, its clusters, and the probe --------------------------------------------------
+#: A plain TF multi-worker program that runs as long as asked (the kernel's second cluster runs it).
+STEPS = str(Path(__file__).resolve().parent / "programs" / "steps.py")
 SCENARIO = {
     "process": textwrap.dedent('''
         import warnings, time
@@ -191,10 +194,10 @@ SCENARIO = {
             warnings.simplefilter("always")
             cluster = mt.LocalCluster(workers=2, ps=1, mode="process").start()
             mw = mt.MultiWorkerCluster(workers=2).start()
-            job = mw.submit(mt.TrainingJob(steps=20000))
+            running = mw.submit_program(STEPS, "--steps", "20000", record=False)
         time.sleep(20)  # the multi-worker workers import TensorFlow and open their ports
         print("WARNINGS", len(caught), [type(w.message).__name__ for w in caught])
-        '''),
+        ''').replace("STEPS", repr(STEPS)),
     "in_process": textwrap.dedent('''
         import warnings
         import mirrortutor as mt

@@ -12,11 +12,14 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 from mirrortutor.clusters.multiworker import MultiWorkerCluster
-from mirrortutor.training.job import TrainingJob
 
 from test_cluster import PRELUDE, _report
+
+#: A plain TF multi-worker program that runs as many steps as asked (no data file).
+STEPS = str(Path(__file__).resolve().parent / "programs" / "steps.py")
 
 
 def _alive(pid: int) -> bool:
@@ -26,26 +29,27 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_multiworker_job_submitted_from_a_thread_that_ends_runs_to_the_end():
-    """A job submitted from a helper thread that then ends keeps running (the workers are not
-    tied to that thread) and finishes with every worker's result."""
+def test_multiworker_program_submitted_from_a_thread_that_ends_runs_to_the_end():
+    """A program submitted (``submit_program``) from a helper thread that then ends keeps running
+    (the workers are not tied to that thread) and finishes every step on every worker."""
     box = {}
     with MultiWorkerCluster(workers=2, replicas_per_worker=1) as cluster:
-        starter = threading.Thread(target=lambda: box.update(job=cluster.submit(
-            TrainingJob(steps=6, global_batch_size=32))))
+        starter = threading.Thread(target=lambda: box.update(job=cluster.submit_program(
+            STEPS, "--steps", "6", record=False)))
         starter.start()
         starter.join()
         time.sleep(2.0)  # the starting thread is gone; the workers must not be
-        assert all(_alive(pid) for pid in box["job"].pids) or box["job"].wait().finished
+        assert all(_alive(pid) for pid in box["job"].pids) or box["job"].wait().ok
         run = box["job"].wait()
-    assert run.finished and [r.exit_code for r in run.results] == [0, 0]
+    assert run.ok and [w.exit_code for w in run.workers] == [0, 0], run.summary()
+    assert [w.stdout.count("\n") for w in run.workers] == [6, 6]
 
 
 KILLED_KERNEL = r'''
 import json, os, signal, time
 import mirrortutor as mt
 cluster = mt.MultiWorkerCluster(workers=2, debug=DEBUG).start()
-job = cluster.submit(mt.TrainingJob(steps=20000, checkpoint_every=5))
+job = cluster.submit_program(STEPS, "--steps", "20000", record=False)
 time.sleep(8)  # the workers are training and writing into the folder
 print(json.dumps({"directory": cluster.directory, "pids": job.pids}), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
@@ -53,7 +57,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _killed_kernel(debug: bool) -> dict:
-    code = textwrap.dedent(KILLED_KERNEL.replace("DEBUG", str(debug)))
+    code = textwrap.dedent(KILLED_KERNEL.replace("DEBUG", str(debug)).replace("STEPS", repr(STEPS)))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
@@ -62,7 +66,7 @@ def _killed_kernel(debug: bool) -> dict:
 
 def test_run_folder_is_removed_when_the_kernel_is_sigkilled():
     """SIGKILL the kernel mid-run: within seconds no worker is left and its /tmp/mirrortutor-mw-*
-    folder (logs, checkpoints) is gone."""
+    folder (logs, what the workers wrote) is gone."""
     seen = _killed_kernel(debug=False)
     deadline = time.monotonic() + 30
     while (os.path.exists(seen["directory"]) or any(map(_alive, seen["pids"]))) and \
