@@ -1,50 +1,19 @@
-"""Slow workers, and what both SGD trainers share: making a worker slow, and scoring the weights.
+"""Stragglers on purpose: ``mt.straggle``, the one line a chapter adds to a training step to make
+one replica (or one parameter-server worker) slow, and the sleep it is built on.
 
-A :class:`Straggler` is a worker (asynchronous training) or a replica (synchronous training) whose
-every gradient takes ``factor`` times as long as it really did, plus ``delay`` seconds. The wait is
-a real sleep on the device running the step, so the synchronous all-reduce really waits for it and
-the asynchronous update really arrives late. :mod:`~mirrortutor.training.asyncsgd` and
-:mod:`~mirrortutor.training.syncsgd` both use the helpers here.
+The wait is a real sleep on the device running the step, so a synchronous all-reduce really waits
+for it and an asynchronous update really arrives late. Stock TensorFlow has no such line: delete
+it and the step is TF's own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import tensorflow as tf
 
 from ..errors import InvalidQuantityError, WorkerIndexError
 from ..record.tf_internals.graph import data_sleep, independent
-from ..validate import is_whole
 
-__all__ = ["Straggler", "SlowDown", "accuracy_and_loss", "checked_stragglers", "sleep", "straggle"]
-
-
-@dataclass(frozen=True)
-class Straggler:
-    """A slow worker: each of its gradients takes ``factor`` times as long, plus ``delay`` s."""
-
-    worker: int  # which worker (0 .. workers - 1), or which replica in synchronous training
-    factor: float = 1.0  # 3.0: computing a gradient takes three times as long as it really did
-    delay: float = 0.0  # seconds added to every step, on top of the factor
-
-
-def checked_stragglers(stragglers, count: int, unit: str, owner: str) -> list[Straggler]:
-    """Stragglers as a list (a ``{index: factor}`` dict is accepted), each checked against the
-    ``count`` workers (or replicas: ``unit``) that ``owner`` has."""
-    if isinstance(stragglers, dict):
-        stragglers = [Straggler(w, f) for w, f in stragglers.items()]
-    for s in stragglers:
-        if not is_whole(s.worker) or not 0 <= s.worker < count:
-            raise WorkerIndexError(
-                f"A straggler was asked for on {unit} {s.worker!r}, but {owner} has {unit}s 0 "
-                f"to {count - 1}. Pick one of those, e.g. Straggler(worker=1, factor=3).")
-        if not (s.factor >= 1.0 and s.delay >= 0.0 and np.isfinite(s.factor + s.delay)):
-            raise InvalidQuantityError(
-                f"A straggler needs factor >= 1 and delay >= 0 seconds, but got "
-                f"factor={s.factor}, delay={s.delay} for {unit} {s.worker}.")
-    return list(stragglers)
+__all__ = ["sleep", "straggle"]
 
 
 def sleep(seconds):
@@ -106,28 +75,3 @@ def straggle(x, seconds: float, *, replica: int | None = None, worker: int | Non
                          lambda: tf.constant(0, tf.int64))
     with tf.control_dependencies([waited]):
         return tf.nest.map_structure(tf.identity, x)
-
-
-class SlowDown:
-    """Each worker's (or replica's) straggler factor and delay, as constants a step can index."""
-
-    def __init__(self, stragglers: list[Straggler], count: int):
-        factors, delays = np.ones(count), np.zeros(count)
-        for s in stragglers:
-            factors[s.worker], delays[s.worker] = s.factor, s.delay
-        self.factors = tf.constant(factors, tf.float64)
-        self.delays = tf.constant(delays, tf.float64)
-
-    def wait(self, who, start):
-        """Inside a step: sleep (factor - 1) × the time since ``start``, plus the delay."""
-        seconds = (tf.gather(self.factors, who) - 1.0) * (tf.timestamp() - start) + \
-            tf.gather(self.delays, who)
-        return sleep(seconds)
-
-
-def accuracy_and_loss(model, loss_fn, data) -> dict[str, float]:
-    """Loss and accuracy of ``model``'s current weights on ``data`` (a ``mt.data.Dataset``)."""
-    logits = model(data.x, training=False)
-    loss = float(tf.reduce_mean(loss_fn(data.y, logits)))
-    accuracy = float(np.mean(np.argmax(np.asarray(logits), axis=1) == data.y))
-    return {"loss": loss, "accuracy": accuracy}
