@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import plotly.graph_objects as go
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -63,3 +64,16 @@ def test_nbval_compares_the_text_but_not_the_still(tmp_path):
     assert same.returncode == 0, same.stdout[-2000:]
     changed = _nbval(tmp_path, "'another figure'")
     assert changed.returncode != 0 and "1 failed" in changed.stdout
+
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_stored_figure_carries_its_still(path):
+    """Every stored plotly figure has its PNG beside it, so GitHub and nbviewer show it
+    (`make figures` draws them from the stored figures; `make notebooks` after a re-run)."""
+    nb = nbformat.read(path, as_version=4)
+    missing = [i for i, cell in enumerate(nb.cells) for out in cell.get("outputs", [])
+               if PLOTLY in out.get("data", {}) and PNG not in out["data"]]
+    assert not missing, f"{path.name}: cells {missing} have no still: run `make figures`"
