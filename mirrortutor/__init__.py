@@ -38,7 +38,7 @@ __version__ = "0.1.0"
 #: Public modules, by the name students use: ``mt.<name>`` -> ``mirrortutor.<module>``.
 _MODULES = {"data": "data", "plots": "plots", "allreduce": "collectives.allreduce",
             "allreduce_plots": "plots.allreduce", "costmodel": "collectives.costmodel",
-            "measure": "collectives.measure", "experiments": "training.scaling",
+            "measure": "collectives.measure",
             "widgets": "widgets", "ps_plots": "plots.ps", "errors": "errors"}
 
 #: Public classes and functions, by the module that defines them (in course order).
@@ -55,17 +55,11 @@ record.notebook      run_program show_program
 training.stragglers  straggle
 record.ps_trace      ParameterServerTrace
 clusters.ps          LocalCluster ClusterInfo
-training.asyncsgd    AsyncSGD
-training.asynctrace  AsyncTrace UpdateRecord
-training.stragglers  Straggler
-training.syncsgd     SyncSGD SyncTrace SyncStep
 training.diagnose    diagnose
 record.multiworker   MultiWorkerMirroredStrategy
 clusters.multiworker MultiWorkerCluster tf_config
 training.merged      MultiWorkerRun
 training.job         TrainingJob WorkerResult train:train_job
-training.compare     StrategyComparison compare_strategies
-training.strategyrun StrategyRun
 errors               MirrortutorError ReplicaCountError DevicesAlreadyInitializedError
 errors               BatchSplitError OutsideScopeError UnknownDatasetError ClusterConfigError
 errors               ClusterStateError WorkerIndexError JobConfigError ClaimError

@@ -1,6 +1,6 @@
 """Progress on every wait: one bar for each call that can take more than a couple of seconds.
 
-Starting a cluster, an ``AsyncSGD`` run, a scaling sweep, a multi-worker job, a grading batch: each
+Starting a cluster, a multi-worker program, a grading batch: each
 shows a ``tqdm`` bar (``tqdm.auto``: a widget in JupyterLab, text in a terminal) that says what it
 is waiting for and disappears when the work is done (``leave=False``). nbval never compares a bar:
 the sanitiser (``grading/nbval_sanitize.cfg``) replaces its text, which holds timings.

@@ -1,90 +1,90 @@
-"""The chapter-5 experiment panel: change the replicas, press Run, watch the charts redraw.
+"""The chapter-5 experiment panel: change the settings, press Run, watch the charts redraw.
 
-:class:`ScalingLab` is a thin ipywidgets layer over :func:`mirrortutor.experiments.run_scaling`:
-each run adds one line per chart, so runs can be compared side by side. Bad settings show a
-message in the panel, which stays usable.
+:class:`ScalingLab` runs a training function the notebook defines (chapter 05's ``train``, which
+runs the chapter's program with ``mt.run_program``) and draws what it returns: each run adds one
+line per chart, so runs can be compared side by side. The panel trains nothing itself. Bad
+settings show a message in the panel, which stays usable.
 
 The panel's charts are drawn by :mod:`mirrortutor.plots.scaling`; ``loss_chart``, ``time_chart``
 and ``scaling_chart`` are re-exported here, so ``mt.widgets.loss_chart(runs)`` draws the same
-chart outside the panel. TensorFlow is imported only when a panel is made. ``show(widget, text)``
-displays any widget with ``text`` as what a stored notebook shows (:mod:`mirrortutor.panel`).
+chart outside the panel. ``show(widget, text)`` displays any widget with ``text`` as what a stored
+notebook shows (:mod:`mirrortutor.panel`).
 """
 
 from __future__ import annotations
+
+from typing import Callable, Mapping
 
 import ipywidgets as W
 import plotly.graph_objects as go
 
 from .collectives import costmodel
-from .errors import MirrortutorError
+from .errors import MirrortutorError, ScalingConfigError
 from .panel import Panel, show
 from .plots.scaling import loss_chart, scaling_chart, time_chart
-from .training import scaling as experiments
+
+#: What a training function takes (keyword arguments) and returns: a dict with the keys the charts
+#: read (mirrortutor.plots.scaling): label, replicas, per_replica_batch, global_batch,
+#: steps_per_epoch, loss, test_accuracy, step_s, parameters.
+TrainFunction = Callable[..., Mapping[str, object]]
 
 
 class ScalingLab:
-    """Widgets to run :func:`~mirrortutor.experiments.run_scaling` and compare runs in charts.
+    """Widgets that call ``train(replicas=…, per_replica_batch=…, epochs=…, lr_rule=…,
+    base_lr=…)`` and compare the runs it returns in charts.
 
-    >>> lab = mt.widgets.ScalingLab()   # doctest: +SKIP
-    >>> lab                              # doctest: +SKIP  (shows the panel)
+    >>> lab = mt.widgets.ScalingLab(train, devices)   # doctest: +SKIP
+    >>> lab                                            # doctest: +SKIP  (shows the panel)
     """
 
     #: What the stored notebook shows in the panel's place (its widgets need a running kernel).
-    STATIC_TEXT = ("ScalingLab: controls for replicas, batch sizes, model and interconnect, a Run "
-                   "button and three charts. Run the notebook to use it.")
+    STATIC_TEXT = ("ScalingLab: controls for replicas, batch size, epochs, learning-rate rule and "
+                   "modelled interconnect, a Run button and two charts. Run the notebook to use it.")
 
-    def __init__(self, devices: list[str] | None = None,
-                 config: experiments.ScalingConfig | None = None):
-        import tensorflow as tf
-
+    def __init__(self, train: TrainFunction, devices: list | None = None, *,
+                 lr_rules: tuple[str, ...] = ("fixed", "linear", "warmup")):
+        if not callable(train):
+            raise ScalingConfigError(f"ScalingLab needs the training function to call, got "
+                                   f"{train!r}: define train(replicas, lr_rule, base_lr, "
+                                   "per_replica_batch, epochs) in the notebook and pass it.")
         if devices is None:
-            gpus = tf.config.list_logical_devices("GPU")
-            devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
-        self.devices = list(devices)
-        self.results: list[experiments.ScalingResult] = []
-        c = config or experiments.ScalingConfig(replicas=min(4, len(self.devices)))
+            import tensorflow as tf
+
+            devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+        self.train, self.devices = train, list(devices)
+        self.results: list[Mapping[str, object]] = []
         style = {"description_width": "150px"}
         layout = W.Layout(width="380px")
-        self.replicas = W.IntSlider(c.replicas, 1, len(self.devices), description="replicas",
-                                    style=style, layout=layout)
-        self.per_replica_batch = W.Dropdown(options=[8, 16, 32, 64], value=c.per_replica_batch,
+        self.replicas = W.IntSlider(min(4, len(self.devices)), 1, len(self.devices),
+                                    description="replicas", style=style, layout=layout)
+        self.per_replica_batch = W.Dropdown(options=[8, 16, 32, 64], value=16,
                                             description="per-replica batch", style=style,
                                             layout=layout)
-        self.global_batch = W.IntText(0, description="or global batch (0: off)", style=style,
-                                      layout=layout)
-        self.width = W.IntSlider(c.width, 16, 256, step=16, description="layer width", style=style,
-                                 layout=layout)
-        self.depth = W.IntSlider(c.depth, 1, 4, description="hidden layers", style=style,
-                                 layout=layout)
-        self.epochs = W.IntSlider(c.epochs, 1, 20, description="epochs", style=style, layout=layout)
-        self.lr_rule = W.Dropdown(options=list(experiments.LR_RULES), value=c.lr_rule,
+        self.epochs = W.IntSlider(4, 1, 20, description="epochs", style=style, layout=layout)
+        self.lr_rule = W.Dropdown(options=list(lr_rules), value=lr_rules[-1],
                                   description="learning-rate rule", style=style, layout=layout)
-        self.cross_device_ops = W.Dropdown(options=list(experiments.CROSS_DEVICE_OPS),
-                                           value=c.cross_device_ops, description="all-reduce",
-                                           style=style, layout=layout)
-        self.prefetch = W.Checkbox(c.prefetch, description="prefetch input", indent=False)
-        self.interconnect = W.Dropdown(options=costmodel.preset_names(), value=c.interconnect,
+        self.base_lr = W.FloatText(0.05, description="base rate (1 replica)", style=style,
+                                   layout=layout)
+        self.interconnect = W.Dropdown(options=costmodel.preset_names(), value="nvlink3-a100",
                                        description="modelled link", style=style, layout=layout)
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
         self.sweep_button = W.Button(description=f"Sweep 1→{len(self.devices)}", icon="forward")
         self.clear_button = W.Button(description="Clear", icon="trash")
-        self.progress = W.IntProgress(0, 0, 1, description="idle", style=style, layout=layout)
+        self.status = W.HTML("idle")
         self.message = W.HTML("")
-        self.settings = W.HTML("")
-        self._base = c
+        self.output = W.Output()  # what the training function prints
         self.run_button.on_click(lambda _: self._guarded(self.run))
         self.sweep_button.on_click(lambda _: self._guarded(self.sweep))
         self.clear_button.on_click(lambda _: self.clear())
+        self.interconnect.observe(lambda _: self._redraw_all(), names="value")
         self.loss_chart = go.FigureWidget(loss_chart([]))
-        self.time_chart = go.FigureWidget(time_chart([]))
         self.scaling_chart = go.FigureWidget(scaling_chart([]))
-        controls = W.VBox([self.replicas, self.per_replica_batch, self.global_batch, self.width,
-                           self.depth, self.epochs, self.lr_rule, self.cross_device_ops,
-                           self.interconnect, self.prefetch,
+        controls = W.VBox([self.replicas, self.per_replica_batch, self.epochs, self.lr_rule,
+                           self.base_lr, self.interconnect,
                            W.HBox([self.run_button, self.sweep_button, self.clear_button]),
-                           self.progress, self.message, self.settings])
-        self.panel = W.VBox([controls, self.loss_chart,
-                             W.HBox([self.time_chart, self.scaling_chart])])
+                           self.status, self.message])
+        self.panel = W.VBox([W.HBox([controls, self.output]), self.loss_chart,
+                             self.scaling_chart])
 
     def _ipython_display_(self):
         from IPython.display import display
@@ -92,18 +92,11 @@ class ScalingLab:
         display(Panel(self.panel, self.STATIC_TEXT))
 
     # ---- running ----------------------------------------------------------------------------
-    def config(self, **overrides) -> experiments.ScalingConfig:
-        """The settings the widgets show now (with ``overrides``)."""
-        values = dict(replicas=self.replicas.value, per_replica_batch=self.per_replica_batch.value,
-                      width=self.width.value, depth=self.depth.value, epochs=self.epochs.value,
-                      lr_rule=self.lr_rule.value, cross_device_ops=self.cross_device_ops.value,
-                      prefetch=self.prefetch.value, interconnect=self.interconnect.value)
-        values.update(overrides)
-        if self.global_batch.value and "per_replica_batch" not in overrides:
-            values.pop("per_replica_batch")
-            return experiments.config_for_global_batch(
-                self.global_batch.value, **{**self._base.__dict__, **values})
-        return experiments.ScalingConfig(**{**self._base.__dict__, **values})
+    def settings(self, **overrides) -> dict:
+        """The keyword arguments the widgets show now (with ``overrides``)."""
+        return dict(dict(replicas=self.replicas.value, per_replica_batch=self.per_replica_batch.value,
+                         epochs=self.epochs.value, lr_rule=self.lr_rule.value,
+                         base_lr=self.base_lr.value), **overrides)
 
     def _guarded(self, action) -> None:
         try:
@@ -112,27 +105,19 @@ class ScalingLab:
         except (MirrortutorError, ValueError) as exc:  # bad settings: say so, stay usable
             self.message.value = f"<b style='color:#b00'>Cannot run:</b> {exc}"
         finally:
-            self.progress.description = "idle"
+            self.status.value = "idle"
 
-    def run(self, **overrides) -> experiments.ScalingResult:
-        """One run with the current settings; its lines are added to every chart."""
-        config = self.config(**overrides)
-        self.progress.max, self.progress.value = config.epochs, 0
-        self.progress.description = f"{config.replicas} replica(s)"
-
-        def on_epoch(record):
-            self.progress.value = record.epoch
-
-        def on_update(partial):  # redraw the loss chart after every epoch: live feedback
-            self._redraw(self.loss_chart, loss_chart(self.results + [partial]))
-
-        result = experiments.run_scaling(config, devices=self.devices, show_progress=False,
-                                         on_epoch=on_epoch,
-                                         on_update=on_update)
+    def run(self, **overrides) -> Mapping[str, object]:
+        """One call of the training function with the current settings; its lines are added to
+        every chart."""
+        settings = self.settings(**overrides)
+        self.status.value = f"training {settings['replicas']} replica(s)…"
+        with self.output:
+            result = self.train(**settings)
         self.add(result)
         return result
 
-    def sweep(self) -> list[experiments.ScalingResult]:
+    def sweep(self) -> list[Mapping[str, object]]:
         """Runs at 1, 2, 4, … up to every device, with the other settings as shown."""
         every = len(self.devices)
         counts = sorted({n for n in (1, 2, 4, 8, 16) if n <= every} | {every})
@@ -141,24 +126,18 @@ class ScalingLab:
     def clear(self) -> None:
         """Forget every run and empty the charts."""
         self.results.clear()
-        for fig in (self.loss_chart, self.time_chart, self.scaling_chart):
-            with fig.batch_update():
-                fig.data = []
-        self.settings.value = ""
+        self.output.clear_output()
+        self._redraw_all()
 
     # ---- charts ---------------------------------------------------------------------------
-    def add(self, result: experiments.ScalingResult) -> None:
+    def add(self, result: Mapping[str, object]) -> None:
         """Draw one result into the charts (``run`` calls this)."""
         self.results.append(result)
-        for widget, build in ((self.loss_chart, loss_chart), (self.time_chart, time_chart),
-                              (self.scaling_chart, scaling_chart)):
-            self._redraw(widget, build(self.results))
-        self.settings.value = (
-            f"Last run: global batch <b>{result.global_batch}</b> = "
-            f"{result.config.per_replica_batch} per replica × {result.config.replicas}; "
-            f"learning rate <b>{result.peak_learning_rate:g}</b> "
-            f"({result.config.lr_rule}); {result.num_parameters:,} parameters; step "
-            f"{result.global_batch / result.throughput * 1e3:.1f} ms here.")
+        self._redraw_all()
+
+    def _redraw_all(self) -> None:
+        self._redraw(self.loss_chart, loss_chart(self.results))
+        self._redraw(self.scaling_chart, scaling_chart(self.results, self.interconnect.value))
 
     @staticmethod
     def _redraw(widget: go.FigureWidget, fig: go.Figure) -> None:

@@ -219,7 +219,7 @@ def estimate_grid(num_parameters: float, compute_s: float, replicas: Iterable[in
           bytes_per_parameter: float = 4, overlap: bool = False) -> list[dict]:
     """:func:`estimate_step` for every replica count × interconnect, as plain rows for plotting.
 
-    (Not to be confused with ``mt.experiments.sweep``, which *runs* training at several replica
+    (Not to be confused with chapter 05's program, which *runs* training at several replica
     counts: this only evaluates the model.)"""
     links = list(PRESETS.values()) if interconnects is None else list(interconnects)
     return [asdict(estimate_step(num_parameters, compute_s, n, ic, algorithm=algorithm,

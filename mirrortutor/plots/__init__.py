@@ -10,6 +10,8 @@ One module per part of the course:
 - :mod:`.scaling`: scaling runs compared (chapter 05, drawn by ``mt.widgets``);
 - :mod:`.ps`: parameter-server training, staleness and convergence (chapters 06-07,
   ``mt.ps_plots``);
+- :mod:`.runs`: training runs' losses compared at equal examples, from plain numbers (chapter
+  10), re-exported here: ``mt.plots.loss_curves({label: [(examples, losses), ...]})``;
 - :mod:`.timeline`: a step's phases per replica as a Gantt chart (chapter 09), re-exported here:
   ``mt.plots.step_timeline(strategy.trace)``;
 - :mod:`.style`: the one look they share: replica colours, frame, footnotes, captions.
@@ -19,9 +21,10 @@ Nothing here imports TensorFlow: a saved trace can be plotted anywhere plotly ru
 
 from __future__ import annotations
 
+from .runs import loss_curves
 from .style import REPLICA_COLOURS
 from .timeline import step_timeline
 from .trace import allreduce_diagram, bars_per_replica, gradient_norms, shard_map, variable_values
 
 __all__ = ["REPLICA_COLOURS", "allreduce_diagram", "bars_per_replica", "gradient_norms",
-           "shard_map", "step_timeline", "variable_values"]
+           "loss_curves", "shard_map", "step_timeline", "variable_values"]

@@ -1,31 +1,41 @@
-"""Pictures for chapter 05: runs of :func:`mirrortutor.experiments.run_scaling`, compared.
+"""Pictures for chapter 05: runs of the chapter's own training program, compared.
 
-Each function takes a list of :class:`~mirrortutor.training.scaling.ScalingResult` (one per run,
-in the order they ran) and returns a ``plotly.graph_objects.Figure`` with one line or bar per run.
-An empty list gives the empty chart the ``ScalingLab`` panel starts with.
+Every chart takes plain dicts, one per run, in the order they ran, which the notebook builds from
+its program's variables (an empty list gives the empty chart the ``ScalingLab`` panel starts
+with). The keys each chart reads:
+
+- :func:`loss_chart`: ``label``, ``loss`` and ``test_accuracy`` (one per epoch), ``global_batch``,
+  ``steps_per_epoch``;
+- :func:`time_chart`: ``label``, ``step_s`` and the parts of a step each timed alone,
+  ``compute_s``, ``allreduce_s``, ``input_s`` (seconds);
+- :func:`scaling_chart`: ``replicas``, ``global_batch``, ``step_s`` (measured), ``parameters``
+  and ``per_replica_batch`` (for the modelled GPU line).
 
 Times and throughputs measured here carry :func:`~mirrortutor.timing.measured_here`: on logical
 CPU devices the replicas share this machine's cores, so the numbers compare TensorFlow's code
-paths, never GPU speed. The modelled line says which link it assumes.
+paths, never GPU speed (a run's optional ``device_kind``, "GPU" or "logical CPU", says which).
+The modelled line says what it assumes.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..collectives import costmodel
+from ..collectives.compute import gpu
 from .style import TEMPLATE, colour, measured_here
 
-if TYPE_CHECKING:  # only for the type hints: drawing reads attributes, it needs no training code
-    from ..training.scaling import ScalingResult
+Run = Mapping[str, object]
 
-#: The stacked parts of a step in ``time_chart``: (label, colour, StepTiming field).
-STEP_PARTS = (("compute (timed alone)", "#636EFA", "compute_s"),
-              ("all-reduce (timed alone)", "#EF553B", "allreduce_s"),
-              ("input, waited for (timed alone)", "#00CC96", "input_s"),
-              ("rest of the step (not timed apart)", "#BBBBBB", "rest_s"))
+#: The bars of ``time_chart``, side by side (never stacked: parts timed alone overlap in a step
+#: and each carries its own call's fixed cost, so they do not add up to it): (label, colour, key).
+STEP_PARTS = (("whole fit step", "#444444", "step_s"),
+              ("compute, timed alone", "#636EFA", "compute_s"),
+              ("all-reduce, timed alone", "#EF553B", "allreduce_s"),
+              ("input, timed alone", "#00CC96", "input_s"))
 
 
 def _caption(text: str) -> dict:
@@ -35,7 +45,11 @@ def _caption(text: str) -> dict:
                 font=dict(size=10), align="left")
 
 
-def loss_chart(results: list[ScalingResult]) -> go.Figure:
+def _kind(runs: Sequence[Run]) -> str:
+    return str(runs[-1].get("device_kind", "logical CPU")) if runs else "logical CPU"
+
+
+def loss_chart(runs: Sequence[Run]) -> go.Figure:
     """Training loss by epoch and by examples seen, and test accuracy: one line per run.
 
     Loss against *examples seen* is the fair comparison between global batch sizes: a run with
@@ -43,73 +57,82 @@ def loss_chart(results: list[ScalingResult]) -> go.Figure:
     """
     fig = make_subplots(rows=1, cols=3, subplot_titles=(
         "training loss by epoch", "training loss by examples seen", "test accuracy by epoch"))
-    for i, result in enumerate(results):
-        epochs = [e.epoch for e in result.epochs]
-        for col, x in ((1, epochs), (2, [e.examples_seen for e in result.epochs])):
-            fig.add_trace(go.Scatter(x=x, y=[e.loss for e in result.epochs], mode="lines+markers",
-                                     name=result.label, legendgroup=result.label,
+    for i, run in enumerate(runs):
+        epochs = list(range(1, len(run["loss"]) + 1))
+        seen = [e * run["steps_per_epoch"] * run["global_batch"] for e in epochs]
+        for col, x in ((1, epochs), (2, seen)):
+            fig.add_trace(go.Scatter(x=x, y=list(run["loss"]), mode="lines+markers",
+                                     name=run["label"], legendgroup=run["label"],
                                      showlegend=col == 1, line=dict(color=colour(i))),
                           row=1, col=col)
-        fig.add_trace(go.Scatter(x=epochs, y=[e.test_accuracy for e in result.epochs],
-                                 mode="lines+markers", name=result.label, legendgroup=result.label,
-                                 showlegend=False, line=dict(color=colour(i), dash="dot")),
-                      row=1, col=3)
-    fig.update_xaxes(title_text="epoch", row=1, col=1)
-    fig.update_xaxes(title_text="examples seen", row=1, col=2)
-    fig.update_xaxes(title_text="epoch", row=1, col=3)
+        fig.add_trace(go.Scatter(x=epochs, y=list(run["test_accuracy"]), mode="lines+markers",
+                                 name=run["label"], legendgroup=run["label"], showlegend=False,
+                                 line=dict(color=colour(i), dash="dot")), row=1, col=3)
+    for col, title in ((1, "epoch"), (2, "examples seen"), (3, "epoch")):
+        fig.update_xaxes(title_text=title, row=1, col=col)
+    fig.update_yaxes(title_text="loss", row=1, col=1)
+    fig.update_yaxes(title_text="loss", row=1, col=2)
+    fig.update_yaxes(title_text="accuracy", row=1, col=3)
     fig.update_layout(height=340, width=1100, template=TEMPLATE, margin=dict(t=50, b=40),
                       legend=dict(orientation="h", y=-0.25))
     return fig
 
 
-def time_chart(results: list[ScalingResult]) -> go.Figure:
-    """Where each run's step time goes, measured here: each part timed alone, and what they leave.
+def time_chart(rows: Sequence[Run]) -> go.Figure:
+    """A whole ``fit`` step beside its parts, each timed alone, per run: grouped bars in ms.
 
-    With ``prefetch`` on, the next batch is read while the replicas compute, so the input bar is
-    drawn only for runs without prefetch. The grey bar is the measured step minus the parts: the
-    optimizer's update, Keras's own work, replicas waiting for each other (it can be negative when
-    parts overlap). Runs made without timing are left out.
+    Nothing is drawn as "what the step waited for" or "the rest": the input bar is producing one
+    batch alone, though with ``prefetch`` a thread of tf.data produces it while the replicas work
+    (on the same cores here), and how much of it a step waited for is not measured.
     """
-    timed = [r for r in results if r.timing is not None]
-    labels = [r.label for r in timed]
     fig = go.Figure()
+    labels = [row["label"] for row in rows]
     for part, part_colour, key in STEP_PARTS:
-        ys = [1e3 * (0.0 if key == "input_s" and r.timing.prefetch else getattr(r.timing, key))
-              for r in timed]
-        fig.add_trace(go.Bar(name=part, x=labels, y=ys, marker_color=part_colour))
-    kind = results[-1].device_kind if results else "logical CPU"
-    fig.update_layout(title="Where a step's time goes (ms)", barmode="stack", height=400, width=550,
-                      template=TEMPLATE, margin=dict(b=130),
-                      annotations=[_caption(measured_here(kind))])
+        fig.add_trace(go.Bar(name=part, x=labels, y=[1e3 * row[key] for row in rows],
+                             marker_color=part_colour))
+    fig.update_layout(title="A step and its parts, each timed alone", barmode="group",
+                      height=400, width=550, template=TEMPLATE, margin=dict(b=130),
+                      yaxis=dict(title="milliseconds"),
+                      annotations=[_caption(measured_here(_kind(rows)))])
     return fig
 
 
-def scaling_chart(results: list[ScalingResult]) -> go.Figure:
-    """Throughput by replica count: measured here, and modelled for GPUs on the chosen link.
+def modelled_throughput(run: Run, interconnect: str = "nvlink3-a100",
+                        gpu_name: str = "a100-fp32") -> float:
+    """Examples per second the cost model gives for ``run``'s model and batch on GPUs: each GPU's
+    compute from the ``gpu_name`` model, then the α–β all-reduce over ``interconnect``."""
+    compute_s = gpu(gpu_name).step_seconds(run["parameters"], run["per_replica_batch"])
+    est = costmodel.estimate_step(run["parameters"], compute_s, run["replicas"], interconnect)
+    return run["per_replica_batch"] * run["replicas"] / est.step_s
 
-    The modelled line assumes each GPU computes its shard in the time the run's GPU model gives
-    (FLOPs at a share of a datasheet peak, plus a per-step overhead:
-    :mod:`mirrortutor.collectives.compute`), then waits for the alpha-beta all-reduce over the
-    run's ``interconnect`` preset, with no overlap.
+
+def scaling_chart(runs: Sequence[Run], interconnect: str = "nvlink3-a100",
+                  gpu_name: str = "a100-fp32") -> go.Figure:
+    """Throughput by replica count: measured here, and modelled for GPUs on ``interconnect``.
+
+    The modelled line assumes each GPU computes its shard in the time the ``gpu_name`` model gives
+    (:mod:`mirrortutor.collectives.compute`: FLOPs at a share of a datasheet peak plus an assumed
+    overhead per step, which is nearly all of it for a small model), then waits for the alpha-beta
+    all-reduce, with no overlap.
     """
-    runs = sorted(results, key=lambda r: r.config.replicas)
+    runs = sorted(runs, key=lambda r: r["replicas"])
+    x = [r["replicas"] for r in runs]
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[r.config.replicas for r in runs], y=[r.throughput for r in runs],
+    fig.add_trace(go.Scatter(x=x, y=[r["global_batch"] / r["step_s"] for r in runs],
                              mode="markers+lines", name="measured here"))
-    link = runs[-1].config.interconnect if runs else "nvlink3-a100"
-    gpu_name = runs[-1].config.gpu if runs else "a100-fp32"
-    fig.add_trace(go.Scatter(x=[r.config.replicas for r in runs],
-                             y=[r.modelled_throughput for r in runs], mode="markers+lines",
-                             line=dict(dash="dash"), name=f"modelled: GPUs over {link}"))
-    kind = runs[-1].device_kind if runs else "logical CPU"
+    fig.add_trace(go.Scatter(x=x, y=[modelled_throughput(r, interconnect, gpu_name) for r in runs],
+                             mode="markers+lines", line=dict(dash="dash"),
+                             name=f"modelled: GPUs over {interconnect}"))
+    overhead = gpu(gpu_name).overhead_s * 1e6
     fig.update_layout(
         title="Throughput (examples/s) by replicas", height=400, width=550, template=TEMPLATE,
         margin=dict(b=130), yaxis=dict(type="log", title="examples / s"),
         xaxis=dict(title="replicas", dtick=1),
-        annotations=[_caption(measured_here(kind) + "<br>modelled: each GPU computes its shard "
-                              f"in the time the {gpu_name} model gives, then the α–β all-reduce "
-                              f"over {link} (no overlap)")])
+        annotations=[_caption(measured_here(_kind(runs)) + "<br>modelled: each GPU computes its "
+                              f"shard in the time the {gpu_name} model gives (an assumed "
+                              f"{overhead:.0f} µs per step<br>plus its FLOPs), then the α–β "
+                              f"all-reduce over {interconnect} (no overlap)")])
     return fig
 
 
-__all__ = ["STEP_PARTS", "loss_chart", "scaling_chart", "time_chart"]
+__all__ = ["STEP_PARTS", "loss_chart", "modelled_throughput", "scaling_chart", "time_chart"]

@@ -1,13 +1,11 @@
-"""Training: the experiments the course runs on top of the instrumented strategies.
+"""Training, as far as mirrortutor goes: the chapters' training is the student's own TensorFlow
+(in the notebook, or a program under ``programs/``); this room holds only what watches it or
+slows it down on purpose.
 
-- :mod:`.scaling`: Keras ``fit`` at any replica count (``mt.experiments``);
-- :mod:`.stragglers`: slow workers and replicas, shared by both SGD trainers;
-- :mod:`.syncsgd`, :mod:`.asyncsgd`: synchronous and asynchronous SGD with every update on record;
-- :mod:`.job`, :mod:`.jobdata`, :mod:`.fit`, :mod:`.merged`: one multi-worker job (what every
-  worker trains, and how: a custom loop, or Keras ``fit`` with ``BackupAndRestore``), and the
-  workers' reports merged into one view;
-- :mod:`.compare`, :mod:`.strategyrun`: one job under every strategy, made fair (chapter 10). It
-  drives the clusters it is handed, and never imports them.
+- :mod:`.stragglers`: ``mt.straggle``, the one visible line that makes a replica or worker slow;
+- :mod:`.diagnose`: ``mt.diagnose``, which reads the recorded steps and names what holds them back;
+- :mod:`.job`, :mod:`.jobdata`, :mod:`.fit`, :mod:`.merged`: the multi-worker job the launcher's
+  tests still run (to go, as chapter 08 runs a plain program now).
 
 Nothing is imported here.
 """

@@ -166,8 +166,10 @@ def diagnose(strategy, step=None, *, steps: int = 10, warmup: int = 2) -> Diagno
     e.g. ``lambda: train_step(next(iterator))``; it is run ``warmup`` times (tracing), then
     ``steps`` times, which trains the model that much further. If the steps ran eagerly, the same
     ``step`` is then run in ``tf.function`` to measure what eager execution costs. Without
-    ``step``, the last ``steps`` recorded steps are read instead (what already ran, e.g. a
-    ``SyncSGD.fit``). Returns a :class:`Diagnosis`; print it for the verdict in words.
+    ``step``, the last ``steps`` recorded steps are read instead: what the student's own loop
+    already ran on that strategy (chapter 09's straggler: a custom loop with ``mt.straggle`` in its
+    replica step), or a trace ``python -m mirrortutor record`` wrote. Returns a
+    :class:`Diagnosis`; print it for the verdict in words.
     """
     trace = strategy if isinstance(strategy, Trace) else getattr(strategy, "trace", None)
     if not isinstance(trace, Trace) or (step is not None and not hasattr(strategy, "run")):

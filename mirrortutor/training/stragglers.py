@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..errors import InvalidQuantityError, WorkerIndexError
-from ..record.tf_internals.graph import data_sleep
+from ..record.tf_internals.graph import data_sleep, independent
 from ..validate import is_whole
 
 __all__ = ["Straggler", "SlowDown", "accuracy_and_loss", "checked_stragglers", "sleep", "straggle"]
@@ -96,8 +96,14 @@ def straggle(x, seconds: float, *, replica: int | None = None, worker: int | Non
         who, target = context.replica_id_in_sync_group, replica
     else:
         who, target = tf.distribute.coordinator.experimental_get_current_worker_index(), worker
-    waited = tf.cond(tf.equal(tf.cast(who, tf.int64), target), lambda: sleep(float(seconds)),
-                     lambda: tf.constant(0, tf.int64))
+    # The sleep starts once x is ready (the control dependencies), and only then: inside
+    # tf.function, automatic control dependencies would otherwise chain it in program order with
+    # every stateful op traced after it, so the replicas traced after the slow one (and their
+    # timeline stamps) would wait for its sleep too, and look slow themselves (independent()).
+    ready = [t for t in tf.nest.flatten(x) if t is not None]
+    with independent(), tf.control_dependencies(ready):
+        waited = tf.cond(tf.equal(tf.cast(who, tf.int64), target), lambda: sleep(float(seconds)),
+                         lambda: tf.constant(0, tf.int64))
     with tf.control_dependencies([waited]):
         return tf.nest.map_structure(tf.identity, x)
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 import mirrortutor as mt
 from mirrortutor.grading import questions
+from mirrortutor.grading import answers
 from mirrortutor.grading.checks import QUESTIONS, load_questions, verdict
 from mirrortutor.grading import release
 from mirrortutor.grading.questions import ch02, ch05, ch06, ch07, ch08, ch09
@@ -95,7 +97,7 @@ def test_the_ring_bytes_rule_is_the_simulators():
 
 
 def test_the_staleness_rule_is_version_applied_minus_version_read():
-    """q7.1's reference counts exactly what AsyncTrace calls staleness, from the same log."""
+    """q7.1's reference counts staleness as chapter 07 does: updates applied in between."""
     for reads, applies in ch07.TIMELINES:
         read_version = [sum(1 for t in applies if t < r) for r in reads]  # updates before the read
         applied_version = list(range(len(applies)))  # updates are logged in the order applied
@@ -177,6 +179,25 @@ def test_the_partitioner_rule_is_tensorflows():
             int(partitioner(tf.TensorShape([rows, cols]), tf.float32)[0]), (rows, cols, min_bytes, most)
 
 
+@pytest.mark.parametrize("slip, words", [
+    (lambda r, c, m, k: max(1, min(r, k, math.ceil(r * c * 4 / m))), None),
+    (lambda r, c, m, k: max(1, min(k, math.ceil(r * c * 4 / m))), "rows make at most"),
+    (lambda r, c, m, k: max(1, min(r, k, r * c * 4 // m)), "rounds UP"),
+    (lambda r, c, m, k: max(1, min(r, k, math.ceil(r * c / m))), "MinSizePartitioner makes"),
+])
+def test_the_partitioner_judge_needs_the_row_cap(slip, words):
+    """q6.2 on its public and hidden cases: TensorFlow's rule is right; the rule chapter 06 prints
+    (no row cap) is wrong on a variable with fewer rows than its bytes ask for, and is told why."""
+    from mirrortutor.grading.checks import verdict
+
+    q = load_questions()["q6.2"]
+    hidden = release.hidden_inputs(key("06"))["q6.2"]
+    assert any(r < min(k, math.ceil(r * c * 4 / m)) for r, c, m, k in [*ch06.SHARDINGS, *hidden])
+    right, said = verdict(q, json.loads(json.dumps(q.kind.export(slip, hidden))), hidden)
+    assert right == (words is None), said
+    assert words is None or words in said
+
+
 def test_the_worker_shard_rule_is_tf_data_shard_then_batch():
     """q6.4's worker_batches_rule is what Dataset.range(n).shard(workers, worker).batch(b) reads,
     on the public and the hidden cases, the worker index given as the int64 tensor TF gives."""
@@ -225,6 +246,87 @@ def test_the_batch_size_trade_off_has_one_right_answer():
     assert efficiency[32] < ch05.TARGET <= efficiency[64] < efficiency[128]
 
 
+def test_the_schedule_recipes_warm_up_is_keras_own(devices):
+    """q5.3's reference rate warms up as Keras's own warm-up does (CosineDecay with warmup_target,
+    held flat by alpha=1, keras/src/optimizers/schedules/learning_rate_schedule.py), on the public
+    and the hidden recipes, before any decay."""
+    import keras
+
+    for case in [*ch05.SCHEDULE_CASES, *release.hidden_inputs(key("05"))["q5.3"]]:
+        base, k, spe, warm_epochs, decays = case
+        if not warm_epochs:
+            continue
+        keras_warmup = keras.optimizers.schedules.CosineDecay(
+            base, decay_steps=1, alpha=1.0, warmup_target=base * k, warmup_steps=warm_epochs * spe)
+        for step in ch05.schedule_steps(*case):
+            if step // spe < min(decays, default=step // spe + 1):
+                assert math.isclose(ch05.recipe_rate(step, *case), float(keras_warmup(step)),
+                                    rel_tol=1e-5), (case, step)
+
+
+def _schedule(base_lr, num_replicas, steps_per_epoch, warmup_epochs, decay_epochs, *,
+              scale=True, warm=True, decay=True):
+    """The key's schedule, or one with a part of the recipe left out (a student's mistakes)."""
+    import keras
+
+    peak = base_lr * (num_replicas if scale else 1)
+    warmup_steps = warmup_epochs * steps_per_epoch if warm else 0
+
+    class Recipe(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = tf.cast(step, tf.float32)
+            epoch = tf.floor(step / steps_per_epoch)
+            decays = sum(tf.cast(epoch >= d, tf.float32) for d in decay_epochs if decay)
+            after = peak * tf.pow(0.1, decays)
+            if warmup_steps == 0:
+                return after
+            during = base_lr + (peak - base_lr) * step / warmup_steps
+            return tf.where(step < warmup_steps, during, after)
+
+    return Recipe()
+
+
+@pytest.mark.parametrize("mistake, said", [
+    (dict(), None),
+    (dict(scale=False), "without the linear scaling rule"),
+    (dict(warm=False), "It starts at the peak"),
+    (dict(decay=False), "a tenth of what it was"),
+])
+def test_the_schedule_question_runs_the_schedule_in_keras(devices, mistake, said):
+    """q5.3 judges what the schedule gives inside a Keras optimizer on every recipe, hidden ones
+    too; each part of the recipe left out gets its own reason."""
+    load_questions()
+    q = QUESTIONS["q5.3"]
+    hidden = release.hidden_inputs(key("05"))["q5.3"]
+
+    def scaled_schedule(*case):
+        return _schedule(*case, **mistake)
+
+    data = answers.normalised(q.kind.export(scaled_schedule, hidden))
+    assert [c["case"] for c in data["calls"]][-len(hidden):] == [list(c) for c in hidden]
+    ok, line = verdict(q, data, hidden)
+    assert ok is (said is None), line
+    if said:
+        assert said in line
+
+
+def test_a_schedule_that_is_not_one_or_branches_in_python_gets_a_reason(devices):
+    """A number is not a schedule; a Python `if` on the step tensor fails where fit traces it."""
+    import keras
+
+    load_questions()
+    q = QUESTIONS["q5.3"]
+
+    class PythonIf(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            return 0.05 if step < 11 else 0.4
+
+    for answer, said in ((lambda *case: 0.4, "not a keras.optimizers.schedules"),
+                         (lambda *case: PythonIf(), "OperatorNotAllowedInGraphError")):
+        ok, line = verdict(q, answers.normalised(q.kind.export(answer, [])), [])
+        assert not ok and said in line, line
+
+
 def test_the_sync_async_trade_off_prices_each_option():
     """q7.3: B is the fastest but over the staleness limit, so C (the fast three) is the answer."""
     rates = ch07.throughputs()
@@ -234,7 +336,8 @@ def test_the_sync_async_trade_off_prices_each_option():
 
 def test_the_pipeline_and_straggler_rules_and_the_diagnosis_judge():
     """q9.1: reading overlaps with compute (the longer one sets the step); q9.2: 3 of 4 replicas
-    wait the 50 ms; q9.3 accepts a stragglers diagnosis of about that waiting, and nothing else."""
+    wait the 50 ms; q9.3 accepts a stragglers diagnosis of about that waiting from steps run in
+    tf.function, and nothing else."""
     from mirrortutor.grading.checks import verdict
 
     assert ch09.pipeline_step_seconds(0.1, 0.02, 1, False) == 0.1
@@ -243,10 +346,12 @@ def test_the_pipeline_and_straggler_rules_and_the_diagnosis_judge():
     assert ch09.mean_wait_ms() == 37.5
     load_questions()
     q = QUESTIONS["q9.3"]
-    measured = {"type": "Diagnosis", "replicas": 4, "cause": "stragglers", "waiting_s": 0.043}
+    measured = {"type": "Diagnosis", "replicas": 4, "cause": "stragglers", "waiting_s": 0.043,
+                "eager": False}
     assert verdict(q, measured, [])[0]
     for wrong in ({**measured, "cause": "input"}, {**measured, "waiting_s": 0.002},
-                  {**measured, "replicas": 2}, {"cause": "stragglers"}, "stragglers"):
+                  {**measured, "replicas": 2}, {**measured, "eager": True},
+                  {"cause": "stragglers"}, "stragglers"):
         right, said = verdict(q, wrong, [])
         assert not right and "not yet" in said, said
 
@@ -309,6 +414,60 @@ def test_the_shard_map_questions_name_each_tempting_mistake():
         for answer, ok, words in answers:
             got, said = verdict(QUESTIONS[qid], json.loads(json.dumps(answer)), [])
             assert got is ok and words in said, (qid, answer, said)
+
+
+def _train_on(devices, replicas, global_batch, rate, divisor=None):
+    """q10.5's loop under TensorFlow's own MirroredStrategy; ``divisor``: each replica divides its
+    loss by this many examples instead of the global batch (the mistake the judge names)."""
+    import keras
+    from mirrortutor.grading.questions import ch10
+
+    x, y = ch10.linear_data()
+    strategy = tf.distribute.MirroredStrategy(devices[:replicas],
+                                              cross_device_ops=tf.distribute.ReductionToOneDevice())
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(
+            1, use_bias=False, kernel_initializer="zeros")])
+        optimizer = keras.optimizers.SGD(learning_rate=rate)
+
+    def replica_step(batch):
+        xb, yb = batch
+        with tf.GradientTape() as tape:
+            per_example = tf.square(yb - model(xb, training=True))[:, 0]
+            loss = tf.reduce_sum(per_example) / (divisor or global_batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    @tf.function
+    def step(batch):
+        strategy.run(replica_step, args=(batch,))
+
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=True)
+    for batch in strategy.experimental_distribute_dataset(data):
+        step(batch)
+    return model.get_weights()
+
+
+def test_q10_5_reference_is_tensorflows_update_and_the_per_replica_mean_is_named(devices):
+    """q10.5's numpy SGD is what MirroredStrategy computes on every public and hidden case; a loop
+    that divides each replica's loss by its own batch is told so."""
+    from mirrortutor.grading.answers import Calls
+    from mirrortutor.grading.questions import ch10
+
+    load_questions()
+    cases = [*ch10.STEP_CASES, *[tuple(c) for c in release.hidden_inputs(key("10"))["q10.5"]]]
+    results = [_train_on(devices, *case) for case in cases]
+    for case, weights in zip(cases, results):
+        assert np.allclose(weights[0][:, 0], ch10.sgd_weights(case[1], case[2]), rtol=1e-4, atol=1e-5)
+
+    def verdict_of(results):
+        data = {"callable": True, "source": "def train_on(...)", "calls": [
+            {"case": list(c), "result": [w.tolist() for w in r]} for c, r in zip(cases, results)]}
+        return QUESTIONS["q10.5"].judge(Calls("train_on", data, [list(c) for c in cases]))
+
+    assert verdict_of(results) is None
+    wrong = [_train_on(devices, r, b, lr, divisor=b // r) for r, b, lr in cases]
+    assert "global batch" in verdict_of(wrong) and "each replica divided" in verdict_of(wrong)
 
 
 def test_the_input_pipeline_rule_is_what_tf_data_makes():

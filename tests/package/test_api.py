@@ -9,15 +9,14 @@ import mirrortutor as mt
 
 DOCUMENTED = {
     "setup", "data", "MirroredStrategy", "Recording", "Trace", "plots", "allreduce", "costmodel",
-    "measure", "allreduce_plots", "experiments", "widgets", "errors", "MirrortutorError", "ReplicaCountError", "DevicesAlreadyInitializedError",
+    "measure", "allreduce_plots", "widgets", "errors", "MirrortutorError", "ReplicaCountError", "DevicesAlreadyInitializedError",
     "BatchSplitError", "OutsideScopeError", "UnknownDatasetError",
-    "LocalCluster", "ClusterInfo", "AsyncSGD", "AsyncTrace", "Straggler", "UpdateRecord",
+    "LocalCluster", "ClusterInfo",
     "ClusterConfigError", "ClusterStateError", "WorkerIndexError", "ExposedPortWarning",
     "check", "MultiWorkerMirroredStrategy", "WorkerTraces", "MultiWorkerCluster", "MultiWorkerRun",
     "TrainingJob",
     "WorkerResult", "train_job", "tf_config", "JobConfigError",
-    "SyncSGD", "SyncTrace", "SyncStep", "ps_plots", "claim", "ClaimError", "diagnose",
-    "StrategyComparison", "StrategyRun", "compare_strategies",
+    "ps_plots", "claim", "ClaimError", "diagnose",
     "ParameterServerStrategy", "ClusterCoordinator", "ParameterServerTrace", "RecordingTypeError",
     "run_program", "show_program", "straggle",
 }

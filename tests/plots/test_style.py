@@ -46,15 +46,12 @@ def test_layout_makes_room_for_each_line_of_the_note():
 
 def test_measured_time_charts_carry_the_measured_here_caption():
     """The scaling charts' captions are timing.measured_here, for CPU and for GPU runs."""
-    from types import SimpleNamespace as NS
-
     from mirrortutor.plots import scaling
-    from mirrortutor.training.step_timing import StepTiming
 
     for kind in ("logical CPU", "GPU"):
-        run = NS(label="1 replica(s)", device_kind=kind, throughput=10.0, modelled_throughput=20.0,
-                 config=NS(replicas=1, interconnect="pcie4-x16", gpu="a100-fp32"),
-                 timing=StepTiming(0.02, 0.01, 0.0, 0.001, True))
+        run = dict(label="1 replica(s)", device_kind=kind, replicas=1, per_replica_batch=16,
+                   global_batch=16, step_s=0.02, parameters=4810, compute_s=0.01,
+                   allreduce_s=0.0, input_s=0.001)
         assert scaling.time_chart([run]).layout.annotations[0].text == measured_here(kind)
-        caption = scaling.scaling_chart([run]).layout.annotations[0].text
+        caption = scaling.scaling_chart([run], "pcie4-x16").layout.annotations[0].text
         assert caption.startswith(measured_here(kind) + "<br>modelled") and "pcie4-x16" in caption

@@ -52,11 +52,17 @@ DIGITS = ("import numpy as np, mirrortutor as mt\n"
 #: Every program the chapters run, and a short run of it.
 PROGRAMS: dict[str, Swap | tuple[Swap, ...]] = {
     "custom_loop.py": Swap(replicas=4),
+    "05_scaling.py": Swap(replicas=4, args=["--replicas", "4", "--epochs", "2", "--lr-rule",
+                                            "warmup"]),
     "08_worker.py": (Swap(replicas=2, args=["--data", "{tmp}/train.npz", "--steps", "6"],
                           prepare=DIGITS),  # one machine: MirroredStrategy, as the reference
                      Swap(replicas=1, workers=2, prepare=DIGITS, args=[
                          "--data", "{tmp}/train.npz", "--steps", "6", "--checkpoint-dir",
                          "{tmp}/ckpt", "--checkpoint-every", "3"])),
+    "10_train.py": (Swap(replicas=3, args=["--strategy", "mirrored", "--global-batch", "24",
+                                           "--epochs", "1"]),
+                    Swap(replicas=1, workers=2, args=["--strategy", "multiworker",
+                                                      "--global-batch", "24", "--epochs", "1"])),
 }
 RUNS = [(name, i) for name, swaps in PROGRAMS.items()
         for i in range(len(swaps) if isinstance(swaps, tuple) else 1)]

@@ -7,12 +7,21 @@ compute, but a larger global batch needs the learning rate scaled and warmed up 
 2017) and generalises worse, so take the smallest batch that scales well enough (q5.2). Each
 answer hands over the student's own estimates (their fields, as data) and the choice; the
 verdicts quote the cost model's numbers, computed when this module is imported.
+
+q5.3 asks for Keras code: a ``LearningRateSchedule`` for a stated recipe (the chapter's linear
+scaling rule and warm-up, then Goyal et al.'s step decay, which the chapter did not write). It is
+judged by running it as Keras runs it: the check hands the student's schedule to a
+``keras.optimizers.SGD`` and reads ``optimizer.learning_rate`` inside a ``tf.function`` (as a traced
+``fit`` step does) at the steps around every boundary, on public and hidden recipes.
 """
 
 from __future__ import annotations
 
 from ...collectives import costmodel
-from ..checks import Wrong, close, fmt, question, short, two
+from dataclasses import dataclass
+import inspect
+
+from ..checks import Function, Wrong, close, fmt, question, short, two
 
 SCENARIO = dict(num_parameters=25.6e6, compute_s=0.100)  # ResNet-50-sized, 100 ms per step
 OPTIONS = {"A": dict(num_replicas=16, interconnect="eth-10g", algorithm="ring"),
@@ -105,3 +114,102 @@ def _q5_2(answer):
     return (f"{choice} scales well enough, but so does {best}, with a global batch "
             f"{choice // best} times smaller: fewer examples per step need less learning-rate "
             "scaling and warm-up. Take the smallest batch that reaches 90%.")
+
+
+# ---- q5.3: a schedule in Keras ---------------------------------------------------------------
+#: (base_lr, num_replicas, steps_per_epoch, warmup_epochs, decay_epochs): the public recipes.
+SCHEDULE_CASES = ((0.05, 8, 11, 1, [3]), (0.1, 4, 5, 2, [4, 6]))
+
+
+def schedule_steps(base_lr, num_replicas, steps_per_epoch, warmup_epochs, decay_epochs) -> list:
+    """The steps a recipe is read at: each side of the end of the warm-up and of every decay."""
+    warm = warmup_epochs * steps_per_epoch
+    marks = {0, 1, warm // 2, warm - 1, warm, warm + 1}
+    for d in decay_epochs:
+        marks |= {d * steps_per_epoch - 1, d * steps_per_epoch, d * steps_per_epoch + 1}
+    marks.add((max(decay_epochs, default=warmup_epochs) + 2) * steps_per_epoch)
+    return sorted(m for m in marks if m >= 0)
+
+
+def recipe_rate(step, base_lr, num_replicas, steps_per_epoch, warmup_epochs, decay_epochs) -> float:
+    """The recipe's rate at ``step`` (optimizer.iterations: 0 before the first update)."""
+    peak, warm = base_lr * num_replicas, warmup_epochs * steps_per_epoch
+    if step < warm:
+        return base_lr + (peak - base_lr) * step / warm
+    return peak * 0.1 ** sum(step // steps_per_epoch >= d for d in decay_epochs)
+
+
+def keras_rates(schedule, steps: list) -> list[float]:
+    """Run ``schedule`` as Keras does: an SGD optimizer's learning rate, read in a tf.function."""
+    import keras
+    import tensorflow as tf
+
+    if not isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+        raise TypeError(f"it returned {type(schedule).__name__}, not a keras.optimizers.schedules"
+                        ".LearningRateSchedule (a subclass with __call__(self, step))")
+    optimizer = keras.optimizers.SGD(learning_rate=schedule)
+    read = tf.function(lambda: tf.convert_to_tensor(optimizer.learning_rate))
+    rates = []
+    for step in steps:
+        optimizer.iterations.assign(step)
+        rates.append(float(read()))
+    return rates
+
+
+@dataclass(frozen=True)
+class ScheduleFunction(Function):
+    """A function that returns a schedule: each call's result is the schedule's rates, read by
+    :func:`keras_rates` at :func:`schedule_steps` of the case."""
+
+    def export(self, fn, hidden: list) -> dict:
+        if not callable(fn):
+            return super().export(fn, hidden)
+
+        def rates(*case):
+            return keras_rates(fn(*case), schedule_steps(*case))
+
+        data = super().export(rates, hidden)
+        try:
+            data["source"] = inspect.getsource(fn)[:20_000]
+        except (TypeError, OSError):
+            data["source"] = ""
+        return data
+
+
+@question("q5.3", "05_scaling_experiments",
+          "write scaled_schedule(base_lr, num_replicas, steps_per_epoch, warmup_epochs, "
+          "decay_epochs): a Keras LearningRateSchedule for the linear scaling rule, a linear "
+          "warm-up and a tenfold decay at each listed epoch",
+          right="your schedule gives the recipe's rate at every step read, through a Keras "
+                "optimizer inside a tf.function: base_lr at step 0, the same rise every step to "
+                "base_lr × num_replicas at the end of the warm-up, and a tenth of the rate from "
+                "the first step of each decay epoch, on every recipe tried.",
+          kind=ScheduleFunction("scaled_schedule", SCHEDULE_CASES))
+def _q5_3(calls):
+    for case, out in calls:
+        base, k, spe, warm_epochs, decays = case
+        steps = schedule_steps(*case)
+        if not isinstance(out, list) or len(out) != len(steps):
+            return f"{calls.shown(case)} gave {short(out)}; expected a rate at each of {steps}."
+        for step, got in zip(steps, out):
+            want = recipe_rate(step, *case)
+            if not isinstance(got, (int, float)) or isinstance(got, bool):
+                return f"{calls.shown(case)} at step {step} gives {short(got)}, not a rate."
+            if close(got, want):
+                continue
+            peak, warm = base * k, warm_epochs * spe
+            after = [(s, g) for s, g in zip(steps, out) if s >= warm and isinstance(g, (int, float))]
+            if k > 1 and after and all(close(g * k, recipe_rate(s, *case)) for s, g in after):
+                hint = (" After the warm-up your rates are the recipe's divided by num_replicas: "
+                        "that is the rate without the linear scaling rule.")
+            elif step == 0 and warm and close(got, peak):
+                hint = " It starts at the peak: the warm-up should start from base_lr."
+            elif step < warm:
+                hint = (f" During the warm-up the rate rises by the same amount every step, "
+                        f"(peak - base_lr) / {warm} here, from base_lr at step 0.")
+            else:
+                hint = (" From the first step of each listed epoch (step // steps_per_epoch >= "
+                        "that epoch) the rate is a tenth of what it was.")
+            return (f"{calls.shown(case)} at step {step} (optimizer.iterations, epoch "
+                    f"{step // spe}) gives {fmt(got)}; the recipe gives {fmt(want)}.{hint}")
+    return None

@@ -3,7 +3,7 @@
 The rules taught: without a partitioner, ``ParameterServerStrategy`` deals the variables
 round-robin over the ps tasks in creation order (:func:`ps_placement`; the tests check it against
 a real cluster), so the load is spread by variable, not by size: q6.1 asks for the bytes each ps
-ends up holding. ``MinSizePartitioner`` cuts a variable into as many shards as keep each at about
+ends up holding. ``MinSizePartitioner`` cuts a variable into as many shards as keep each at most about
 ``min_shard_bytes``, rounding up, between 1 and ``max_shards`` and at most one per row
 (:func:`num_shards_rule`, TensorFlow's ``min_max_variable_partitioner``; the tests check it against
 TensorFlow itself). Every worker pulls every weight and pushes a gradient for it through the ps,
@@ -69,15 +69,17 @@ def _q6_1(answer):
             "0, 1, 2, 0 and add up 4 bytes per element on each.")
 
 
-SHARDINGS = ((1000, 8, 16_384, 2), (1000, 8, 8_000, 3), (1000, 8, 40_000, 4), (10, 4, 16, 8))
+SHARDINGS = ((1000, 8, 16_384, 2), (1000, 8, 8_000, 3), (1000, 8, 40_000, 4), (10, 4, 16, 8),
+             (4, 4000, 1000, 8))
 
 
 @question("q6.2", "06_parameter_servers",
           "write num_shards(rows, cols, min_shard_bytes, max_shards) as MinSizePartitioner does",
           kind=Function("num_shards", SHARDINGS),
           right="your num_shards(…) agrees with TensorFlow's MinSizePartitioner: as many shards as "
-                "it takes to keep each at about min_shard_bytes (rounding up), never more than "
-                "max_shards, never fewer than 1.")
+                "it takes to keep each at most about min_shard_bytes (rounding up), never more than "
+                "max_shards, never more than the variable's rows (it is cut along its first axis), "
+                "never fewer than 1.")
 def _q6_2(calls):
     for (rows, cols, min_bytes, most), result in calls:
         want = num_shards_rule(rows, cols, min_bytes, most)
@@ -86,13 +88,14 @@ def _q6_2(calls):
             continue
         size = rows * cols * 4
         hint = ""
-        if got == max(1, min(most, size // min_bytes)):
+        if got > rows:
+            hint = (f" A variable is cut along its first axis, one row at least per shard, so "
+                    f"{rows} rows make at most {rows} shards.")
+        elif got == max(1, min(rows, most, size // min_bytes)):
             hint = (f" {size} bytes / {min_bytes} = {size / min_bytes:.2f}: TensorFlow rounds UP, "
                     "since the bytes left over still need a shard.")
-        elif got == min(most, math.ceil(rows * cols / min_bytes)):
+        elif got == max(1, min(rows, most, math.ceil(rows * cols / min_bytes))):
             hint = " Count bytes, not elements: each float32 element is 4 bytes."
-        elif got > rows:
-            hint = f" A variable is cut along its rows, so {rows} rows make at most {rows} shards."
         return (f"num_shards({rows}, {cols}, {min_bytes}, {most}) gave {got}; TensorFlow's "
                 f"MinSizePartitioner makes {want}.{hint}")
     return None

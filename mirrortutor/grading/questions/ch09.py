@@ -6,8 +6,10 @@ two, not their sum; ``num_parallel_calls`` divides the reading time by the reads
 ``cache()`` removes it after the first pass (q9.1). In a synchronous step every replica waits for
 the slowest, so one replica slowed by ``d`` makes each of the others wait about ``d`` while it waits
 for nobody: ``(N − 1) / N × d`` per replica on average (q9.2), which ``mt.diagnose`` then names
-from a real run (q9.3: the student hands in the measured diagnosis; its judge checks the cause and
-that the waiting is of the predicted size, with margins wide enough for a busy machine).
+from a real run (q9.3: the student writes the custom training step, ``strategy.run`` inside
+``tf.function`` with the one ``mt.straggle`` line, runs it, and hands in the measured diagnosis; its
+judge checks that the steps ran in ``tf.function``, the cause, and that the waiting is of the
+predicted size, with margins wide enough for a busy machine).
 """
 
 from __future__ import annotations
@@ -85,7 +87,8 @@ WAIT_RANGE = (0.5, 3.0)  # q9.3: measured waiting / predicted, accepted (a busy 
 
 
 @question("q9.3", "09_is_it_effective",
-          "run SyncSGD on 4 replicas with replica 1 slowed by 50 ms, and hand in "
+          "write a custom training step (strategy.run inside tf.function) on 4 replicas whose "
+          "replica 1 holds its gradients 50 ms (mt.straggle), run it, and hand in "
           "mt.diagnose(strategy)",
           right="your diagnosis names stragglers, with the replicas waiting about (N − 1) / N × "
                 "50 ms per step, as predicted (the measured time varies with the machine).")
@@ -93,13 +96,19 @@ def _q9_3(answer):
     if not isinstance(answer, dict) or answer.get("type") != "Diagnosis":
         raise Wrong(f"hand in what mt.diagnose(strategy) returns (a Diagnosis); got {short(answer)}.")
     if answer.get("replicas") != REPLICAS:
-        return (f"the diagnosis is of {answer.get('replicas')} replicas; run SyncSGD on "
-                f"devices[:{REPLICAS}] with mt.Straggler(1, delay=0.05).")
+        return (f"the diagnosis is of {answer.get('replicas')} replicas; run your step on the "
+                f"strategy of devices[:{REPLICAS}] given in the cell.")
+    if answer.get("eager") is not False:
+        return ("the diagnosed steps ran eagerly: strategy.run was called outside tf.function, so "
+                "eager execution, not the straggler, sets the step. Put @tf.function on the "
+                "function that calls strategy.run, as in chapter 03's loop.")
     waiting = number(answer.get("waiting_s"), "the diagnosis's waiting_s") * 1e3
     low, high = (r * mean_wait_ms() for r in WAIT_RANGE)
     if answer.get("cause") != "stragglers" or not low <= waiting <= high:
         return (f"the diagnosis names {answer.get('cause')!r} with {waiting:.1f} ms of waiting per "
-                f"step; with replica 1 slowed by 50 ms (mt.Straggler(1, delay=0.05)) the others "
-                f"wait about {mean_wait_ms():g} ms on average and the cause is 'stragglers'. Check "
-                "the straggler and that the strategy records a timeline (mt.Recording.timing()).")
+                f"step; with replica 1 holding its gradients 50 ms (grads = mt.straggle(grads, "
+                f"0.05, replica=1) in the function strategy.run runs, before apply_gradients) the "
+                f"others wait about {mean_wait_ms():g} ms on average and the cause is "
+                "'stragglers'. Check the straggler line, that the step ran at least 6 times after "
+                "its first, and that the strategy records a timeline (mt.Recording.timing()).")
     return None

@@ -7,14 +7,19 @@ what it computes, and every step waits for it: an epoch takes at least steps × 
 predicts it, q10.2 observes it on real replicas). q10.3 is a trade-off: three situations, per-step
 costs measured on a cluster, and the strategy each situation calls for, backed by seconds per
 epoch. q10.4 predicts what each device holds when DTensor splits a kernel, then observes it.
+q10.5 asks for TensorFlow: a custom loop under ``tf.distribute.MirroredStrategy`` whose update is
+one device's at the same global batch, whatever the number of replicas; it runs on hidden inputs
+and is judged against plain SGD on the whole global batch, computed here with numpy.
 """
 
 from __future__ import annotations
 
-from ..checks import close, integers, number, question, short
+import numpy as np
 
-# q10.1 and q10.2: mt.StrategyComparison(workers=2, batch_size=32, learning_rate=0.2, epochs=1,
-# examples=640, straggler=mt.Straggler(1, delay=0.05)), MirroredStrategy with the straggler.
+from ..checks import Function, close, integers, number, question, short
+
+# q10.1 and q10.2: 2 workers, one worker's batch 32 at rate 0.2, one epoch of 640 examples;
+# MirroredStrategy on 2 replicas with replica 1 0.05 s late (mt.straggle) with every gradient.
 WORKERS, BATCH, RATE, EXAMPLES, DELAY = 2, 32, 0.2, 640, 0.05
 STEPS = EXAMPLES // (WORKERS * BATCH)  # synchronous updates in the one epoch
 PREDICTION = {"learning_rate": WORKERS * RATE, "updates": STEPS, "same_weights": True,
@@ -69,10 +74,10 @@ def _q10_2(same, seconds):
     least = PREDICTION["min_seconds_per_epoch"]
     if seconds < 0.9 * least:
         return (f"{short(seconds)} s per epoch is less than the {least:g} s the straggler forces: "
-                "read the straggler run's seconds_per_epoch(640), not the run without it.")
+                "use the straggler run's step times, not the run without it.")
     if seconds > least + STEPS * 0.2:
         return (f"{short(seconds)} s per epoch is far above {least:g} s; pass the straggler run's "
-                "seconds_per_epoch(640) for the epoch of 640 examples.")
+                "10 steps × its median step time, for the epoch of 640 examples.")
     return None
 
 
@@ -170,4 +175,70 @@ def _q10_4(predicted, observed):
                         "for the first one, and UNSHARDED (kept whole) for the second.")
             return (f"{what} is {short(got)}; a dimension split along 'model' is cut into 4 "
                     f"equal parts, an UNSHARDED one stays whole.")
+    return None
+
+
+# q10.5: train_on(replicas, global_batch, rate): one pass over the 64 examples below in global
+# batches (in order, no partial batch), a Dense(1) layer without bias starting at zero, SGD on the
+# mean over the global batch of (y - prediction)², under MirroredStrategy on `replicas` devices.
+FEATURES = 4
+TRUE_W = np.array([1.0, -2.0, 3.0, 0.5], dtype=np.float32)
+STEP_CASES = ((1, 16, 0.05), (2, 16, 0.05), (4, 32, 0.05))
+
+
+def linear_data() -> tuple[np.ndarray, np.ndarray]:
+    """The exercise's 64 examples: x normal (seed 0), y = x · (1, −2, 3, 0.5)."""
+    x = np.random.default_rng(0).normal(size=(64, FEATURES)).astype(np.float32)
+    return x, (x @ TRUE_W)[:, None]
+
+
+def sgd_weights(global_batch: int, rate: float, scale: float = 1.0) -> np.ndarray:
+    """Plain SGD on the whole global batch, one device, in float64: what every replica count must
+    reach. ``scale`` multiplies each gradient (the judge's model of a wrong divisor)."""
+    x, y = (a.astype(np.float64) for a in linear_data())
+    w = np.zeros((FEATURES, 1))
+    for start in range(0, len(x) - global_batch + 1, global_batch):
+        xb, yb = x[start:start + global_batch], y[start:start + global_batch]
+        w -= rate * scale * 2.0 / global_batch * xb.T @ (xb @ w - yb)
+    return w[:, 0]
+
+
+def read_weights(result, shown: str) -> np.ndarray:
+    """The 4 final weights the student's function returned (model.get_weights() or the kernel)."""
+    values = np.asarray(result[0] if isinstance(result, list) and len(result) == 1 else result,
+                        dtype=np.float64).reshape(-1)
+    if values.shape != (FEATURES,) or not np.all(np.isfinite(values)):
+        raise ValueError(f"{shown} should return the layer's 4 weights (model.get_weights()); "
+                         f"got {short(result)}")
+    return values
+
+
+@question("q10.5", "10_which_strategy",
+          "write train_on(replicas, global_batch, rate): one pass of a custom loop under "
+          "tf.distribute.MirroredStrategy, returning model.get_weights()",
+          right="your loop reaches the weights of plain SGD on the whole global batch for every "
+                "number of replicas: each replica's loss divided by the global batch, the gradients "
+                "summed by the all-reduce.",
+          kind=Function("train_on", STEP_CASES))
+def _q10_5(calls):
+    for (replicas, batch, rate), result in calls:
+        shown = calls.shown([replicas, batch, rate])
+        try:
+            got = read_weights(result, shown)
+        except ValueError as exc:
+            return f"{exc}."
+        want = sgd_weights(batch, rate)
+        if np.allclose(got, want, rtol=1e-4, atol=1e-5):
+            continue
+        if replicas > 1 and np.allclose(got, sgd_weights(batch, rate, scale=replicas),
+                                        rtol=1e-4, atol=1e-5):
+            return (f"{shown}: each replica divided its loss by its own {batch // replicas} "
+                    f"examples, so the all-reduce summed {replicas} means: {replicas}× the "
+                    f"gradient. Divide by the global batch: tf.nn.compute_average_loss(per_example, "
+                    f"global_batch_size={batch}).")
+        if np.allclose(got, sgd_weights(batch, rate, scale=0.5), rtol=1e-4, atol=1e-5):
+            return (f"{shown}: half the expected step: the loss is the mean of (y − prediction)², "
+                    "not half of it.")
+        return (f"{shown} returned {np.round(got, 4).tolist()}; plain SGD on the whole global batch "
+                f"reaches {np.round(want, 4).tolist()}.")
     return None
