@@ -123,11 +123,13 @@ def grade(submissions: str | Path | dict[str, Path], key: str | Path, *, out: st
         submissions = find_submissions(submissions, exclude=key)
     questions = list(dict.fromkeys((c.question, c.points) for c in checks))
     book = Gradebook(key.name, questions, sealed=sealed is not None)
+    programs = key.resolve().parent.parent / "programs"  # the course's, as its notebooks see it
 
     def one(item: tuple[str, Path]) -> list[QuestionResult]:
         name, path = item
         return _grade_one(name, Path(path), key_nb, questions, hidden, cell_timeout, timeout,
-                          Path(keep) / name if keep else None, sealed)
+                          Path(keep) / name if keep else None, sealed,
+                          programs if programs.is_dir() else None)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, \
             progress(len(submissions), f"grading {key.name}", unit="submission") as bar:
@@ -141,9 +143,11 @@ def grade(submissions: str | Path | dict[str, Path], key: str | Path, *, out: st
 
 def _grade_one(name: str, path: Path, key_nb: nbformat.NotebookNode,
                questions: list[tuple[str, float]], hidden: dict[str, list], cell_timeout: float,
-               timeout: float, keep: Path | None, sealed: sandbox.Limits | None
-               ) -> list[QuestionResult]:
-    """One student's results, one per question: the submission assembled, run, and marked."""
+               timeout: float, keep: Path | None, sealed: sandbox.Limits | None,
+               programs: Path | None = None) -> list[QuestionResult]:
+    """One student's results, one per question: the submission assembled, run, and marked.
+    ``programs``: the course's ``programs/`` folder, copied next to the submission (its cells
+    run ``"programs/NN_name.py"`` as the course's notebooks do)."""
     def everyone(reason: str) -> list[QuestionResult]:
         return [QuestionResult(name, q, 0, p, reason, f"{q} {NOT_YET}: {reason}") for q, p in questions]
 
@@ -159,7 +163,10 @@ def _grade_one(name: str, path: Path, key_nb: nbformat.NotebookNode,
                 tempfile.TemporaryDirectory(prefix="mt-grader-") as private:
             work = Path(keep) if keep else Path(tmp)
             work.mkdir(parents=True, exist_ok=True)
-            run = sandbox.seal(Path(private), path, sealed, RUN_ENV) if sealed else None
+            run = sandbox.seal(Path(private), path, sealed, RUN_ENV, programs) if sealed else None
+            if programs and not sealed:
+                shutil.copytree(programs, work / "programs", dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("__pycache__"))
             records, stopped = _run_nbval(assembly.notebook, work, Path(private), run,
                                           cell_timeout, timeout, keep=keep is not None)
     except Exception as exc:  # the grader's own trouble (disk full, say): this one only

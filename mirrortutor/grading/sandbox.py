@@ -4,8 +4,10 @@
 its own (found through ``JUPYTER_PATH``) whose kernel :mod:`mirrortutor.grading.seal` starts in
 new user, mount, PID, network and IPC namespaces. Inside, the kernel sees
 
-- its scratch folder (``/home/student``, with ``submission.ipynb``, the student's copy) and
-  ``/tmp``, on a tmpfs of :attr:`Limits.tmpfs_mb` that holds every file it can write;
+- its scratch folder (``/home/student``, with ``submission.ipynb``, the student's copy, and a
+  copy of the course's ``programs/`` when the key has one beside its folder, so that a cell's
+  ``cluster.run_program("programs/08_worker.py")`` finds it as in the course) and ``/tmp``, on a
+  tmpfs of :attr:`Limits.tmpfs_mb` that holds every file it can write;
 - read-only: the system's ``/usr`` and ``/etc``, this Python (``sys.prefix``, ``sys.base_prefix``)
   and the ``mirrortutor`` package, at their own paths;
 - the file its checks append their answers to (bound in, at most :attr:`Limits.file_mb`), and
@@ -84,7 +86,8 @@ def kernel_env() -> dict[str, str]:
             "MPLCONFIGDIR": "/tmp/matplotlib", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _spec(private: Path, submission: Path | None, limits: Limits, answers: Path) -> dict:
+def _spec(private: Path, submission: Path | None, limits: Limits, answers: Path,
+          programs: Path | None = None) -> dict:
     (private / "view").mkdir()
     (private / "run").mkdir(mode=0o700)
     answers.touch()
@@ -92,15 +95,16 @@ def _spec(private: Path, submission: Path | None, limits: Limits, answers: Path)
             "runtime": str(private / "run"), "answers": str(answers),
             "answers_inside": ANSWERS_INSIDE, "scratch": SCRATCH,
             "submission": str(submission) if submission else None,
-            "tmpfs_mb": limits.tmpfs_mb, "limits": asdict(limits), "env": kernel_env(),
+            "programs": str(programs) if programs else None, "tmpfs_mb": limits.tmpfs_mb, "limits": asdict(limits), "env": kernel_env(),
             "handshake": True}
 
 
 def seal(private: Path, submission: Path | None = None, limits: Limits = Limits(),
-         env: dict[str, str] | None = None) -> Run:
+         env: dict[str, str] | None = None, programs: Path | None = None) -> Run:
     """Prepare a sealed kernel in ``private`` (a folder of the grader's, outside the view);
-    ``env``: variables the kernel gets besides :func:`kernel_env`'s."""
-    spec = _spec(private, submission, limits, private / "answers.jsonl")
+    ``env``: variables the kernel gets besides :func:`kernel_env`'s; ``programs``: a folder
+    copied into the scratch folder as ``programs/``."""
+    spec = _spec(private, submission, limits, private / "answers.jsonl", programs)
     spec["env"].update(env or {})
     (private / "seal.json").write_text(json.dumps(spec), encoding="utf-8")
     kernels = private / "jupyter" / "kernels" / KERNEL_NAME

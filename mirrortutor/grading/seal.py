@@ -127,6 +127,9 @@ def build_view(spec: dict, root: str) -> None:
     os.makedirs(root + "/tmp", exist_ok=True)
     if spec.get("submission"):
         shutil.copyfile(spec["submission"], os.path.join(scratch, "submission.ipynb"))
+    if spec.get("programs"):  # the course's programs, which cells may run (a copy: its own)
+        shutil.copytree(spec["programs"], os.path.join(scratch, "programs"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
     user = 1 if spec["nobody"] else 0
     for path in (root + "/tmp", root + "/dev/shm"):
         os.chmod(path, 0o1777)

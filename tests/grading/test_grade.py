@@ -49,8 +49,8 @@ MISTAKES = {  # exercise -> (student, question lost, words its reason must conta
         "06", "q6-2-answer").replace("math.ceil(size / min_shard_bytes)", "size // min_shard_bytes")})),
     "07": ("counts_itself", "q7.1", "count only the others", lambda: edit("07", {"q7-1-answer": source(
         "07", "q7-1-answer").replace("(applies < applies[i])", "(applies <= applies[i])")})),
-    "08": ("replica_order", "q8.1", "gave replica r the r-th batch", lambda: edit("08", {"q8-1-answer": (
-        "predicted_map = [[8 * r, 8 * r + 7] for r in range(4)]")})),
+    "08": ("even_split", "q8.1", "as evenly as possible", lambda: edit("08", {"q8-1-answer": (
+        "predicted_map = [[0, 13], [14, 26], [27, 39]]")})),
     "09": ("adds_read_and_compute", "q9.1", "You added reading and computing", lambda: edit("09", {
         "q9-1-answer": source("09", "q9-1-answer").replace(
             "max(compute_s, read_s / parallel_reads)", "compute_s + read_s / parallel_reads")})),

@@ -356,6 +356,66 @@ def test_the_pipeline_and_straggler_rules_and_the_diagnosis_judge():
         assert not right and "not yet" in said, said
 
 
+def multi_worker_step_0(global_batch, workers, policy):
+    """Each worker's example numbers at step 0 of the worker program's pipeline, built the way
+    MultiWorkerMirroredStrategy's experimental_distribute_dataset builds it for one replica per
+    worker (DistributedDataset._create_cloned_datasets_from_dataset with an input context,
+    tensorflow/python/distribute/input_lib.py): rebatch by batch_sizes_for_worker, then
+    input_ops.auto_shard_dataset with the policy the dataset's options carry."""
+    from tensorflow.python.data.experimental.ops import distribute
+    from tensorflow.python.distribute import input_ops
+
+    shards = []
+    for w in range(workers):
+        dataset = tf.data.Dataset.range(3 * global_batch).batch(global_batch, drop_remainder=True)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy[policy]
+        dataset = dataset.with_options(options).rebatch(
+            distribute.batch_sizes_for_worker(global_batch, workers, 1, w))
+        dataset = input_ops.auto_shard_dataset(dataset, workers, w, workers)
+        shards.append(next(iter(dataset)).numpy().tolist())
+    return shards
+
+
+@pytest.mark.parametrize("global_batch, workers", [(40, 3), (31, 3), (64, 2), (33, 2), (30, 4)])
+def test_the_shard_rules_are_what_tf_distribute_makes(global_batch, workers):
+    """q8.1–q8.3: ch08.data_shards (DATA: ceil(B / n) each, the rest last) and ch08.off_sizes
+    (OFF: every worker from example 0, batch_sizes_for_worker's sizes) are what TensorFlow's
+    multi-worker input pipeline gives each worker at step 0, on the exercise's job (40 over 3)
+    and on others, uneven ones included. The exercise's own run on 3 worker processes shows the
+    same (its stored outputs, checked by nbval)."""
+    data = multi_worker_step_0(global_batch, workers, "DATA")
+    assert [[s[0], s[-1]] if s else [] for s in data] == ch08.data_shards(workers, global_batch)
+    assert all(s == list(range(s[0], s[-1] + 1)) for s in data if s)  # consecutive examples
+    off = multi_worker_step_0(global_batch, workers, "OFF")
+    assert off == [list(range(n)) for n in ch08.off_sizes(workers, global_batch)]
+    assert len({i for s in off for i in s}) == ch08.off_distinct(workers, global_batch)
+
+
+def test_the_shard_map_questions_name_each_tempting_mistake():
+    """q8.1–q8.3 accept the key's answers and say what each likely mistake comes from: an even
+    split, floor-then-remainder, two replicas per CPU worker, a wrong rule, the global batch
+    counted with repeats."""
+    load_questions()
+    right_map = [[0, 13], [14, 27], [28, 39]]
+    cases = {
+        "q8.1": [(right_map, True, "ceil(40 / 3) = 14"),
+                 ([[0, 13], [14, 26], [27, 39]], False, "as evenly as possible"),
+                 ([[0, 12], [13, 25], [26, 39]], False, "rounds UP"),
+                 ([[0, 6]] * 6, False, "ONE replica")],
+        "q8.2": [((right_map, "a"), True, "rule A"),
+                 ((right_map, "B"), False, "would not give"),
+                 (([[0, 13], [14, 26], [27, 39]], "A"), False, "traces show"),
+                 ((right_map, "D"), False, "one of the letters")],
+        "q8.3": [(14, True, "14 distinct"), (40, False, "DISTINCT"), (13, False, "worker 0")],
+    }
+    for qid, answers in cases.items():
+        for answer, ok, words in answers:
+            got, said = verdict(QUESTIONS[qid], json.loads(json.dumps(answer)), [])
+            assert got is ok and words in said, (qid, answer, said)
+
+
 def _train_on(devices, replicas, global_batch, rate, divisor=None):
     """q10.5's loop under TensorFlow's own MirroredStrategy; ``divisor``: each replica divides its
     loss by this many examples instead of the global batch (the mistake the judge names)."""

@@ -1,100 +1,153 @@
 """Chapter 08 · Multi-worker: who gets which examples, and what a shard policy really does.
 
-The rules taught: with ``AutoShardPolicy.DATA`` the global batch is cut into one per-replica batch
-per replica of the whole cluster, and the workers take them in turn, worker w keeping batches w,
-w + W, … (:func:`data_shards`); TensorFlow numbers the replicas ``replica_id_in_sync_group = w ×
-replicas_per_worker + local replica``, so replica ids and batch order differ (q8.1 predicts it,
-q8.2 observes it on a real two-process job). With ``OFF`` every worker reads the same examples,
-so a step trains on fewer distinct examples than its global batch (q8.3). q8.4 asks for the
-TensorFlow itself: the input pipeline of chapter 08's worker program, global batches with
-``tf.data.Options().experimental_distribute.auto_shard_policy`` set, run on hidden inputs.
+Every question runs chapter 08's worker program (``programs/08_worker.py``, plain TensorFlow)
+unchanged in 3 worker processes, ``cluster.run_program(...)``; TensorFlow's
+``MultiWorkerMirroredStrategy`` gives a worker without GPUs one replica, so
+``replica_id_in_sync_group`` is the worker's index. The rules taught, on a global batch of 40 that
+3 workers cannot split evenly (the chapter printed 2 workers and 64):
+
+- ``AutoShardPolicy.DATA`` cuts the global batch as chapter 02's rule cuts it on one machine,
+  ``ceil(B / n)`` examples for each replica but the last, which gets what is left
+  (:func:`data_shards`): 14, 14 and 12. q8.1 predicts it, q8.2 observes it and names the rule.
+- ``OFF`` shards nothing: every worker reads the same global batches from the start and cuts them
+  with ``batch_sizes_for_worker`` (tensorflow/python/data/experimental/ops/distribute.py), as even
+  as possible and rotated by worker, so step 0 trains worker 0 on examples 0–13 and workers 1 and 2
+  on 0–12: 40 examples, 14 of them distinct (:func:`off_distinct`, q8.3).
+
+tests/grading/test_questions.py checks both rules against TensorFlow's own input pipeline.
+q8.4 asks for the TensorFlow itself: the input pipeline of chapter 08's worker program, global
+batches with ``tf.data.Options().experimental_distribute.auto_shard_policy`` set, run on hidden
+inputs.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 from ..answers import Function
-from ..checks import integers, judge_number, question, short
+from ..checks import choice, integers, judge_number, question, short
 
-WORKERS, REPLICAS_PER_WORKER, GLOBAL_BATCH = 2, 2, 32  # the cluster and job of every question
+WORKERS, GLOBAL_BATCH = 3, 40  # the cluster (one replica per worker) and the job of q8.1–q8.3
 
 
-def data_shards(workers: int = WORKERS, per_worker: int = REPLICAS_PER_WORKER,
-                global_batch: int = GLOBAL_BATCH) -> list[list[int]]:
-    """``[first, last]`` example of step 0 for each replica_id_in_sync_group, under DATA."""
-    size = global_batch // (workers * per_worker)
-    out = []
-    for w in range(workers):
-        for local in range(per_worker):
-            batch = w + local * workers  # worker w keeps per-replica batches w, w + W, ...
-            out.append([batch * size, batch * size + size - 1])
-    return out
+def data_shards(workers: int = WORKERS, global_batch: int = GLOBAL_BATCH) -> list[list[int]]:
+    """``[first, last]`` example of step 0 for each replica_id_in_sync_group (= worker), under
+    DATA: ``ceil(B / n)`` examples each, the last replica what is left (empty: ``[]``)."""
+    size = math.ceil(global_batch / workers)
+    return [[w * size, min((w + 1) * size, global_batch) - 1] if w * size < global_batch else []
+            for w in range(workers)]
+
+
+def off_sizes(workers: int = WORKERS, global_batch: int = GLOBAL_BATCH) -> list[int]:
+    """How many examples each worker trains on at step 0 under OFF: the first of its
+    ``batch_sizes_for_worker`` (worker 0's sizes, ceil-sized ones first, rotated by the worker's
+    index), each counted from example 0 since nothing is sharded."""
+    floor, ceil_count = divmod(global_batch, workers)
+    worker_0 = [floor + 1] * ceil_count + [floor] * (workers - ceil_count)
+    return [worker_0[w] for w in range(workers)]
+
+
+def off_distinct(workers: int = WORKERS, global_batch: int = GLOBAL_BATCH) -> int:
+    """The distinct examples step 0 trains on under OFF: every worker starts at example 0."""
+    return max(off_sizes(workers, global_batch))
 
 
 def _shard_map(answer, what: str) -> list[list[int]]:
     """The answer as one [first, last] pair per replica, or the reason it is not."""
-    if not isinstance(answer, list) or len(answer) != WORKERS * REPLICAS_PER_WORKER:
-        return f"{what} should list one [first, last] pair per replica (4), got {short(answer)}."
+    if not isinstance(answer, list) or len(answer) != WORKERS:
+        extra = (" A CPU worker of MultiWorkerMirroredStrategy has ONE replica, so the replicas "
+                 "are the 3 workers." if isinstance(answer, list) and len(answer) == 2 * WORKERS
+                 else "")
+        return (f"{what} should list one [first, last] pair per replica ({WORKERS}), got "
+                f"{short(answer)}.{extra}")
     return [integers(pair, f"{what}[{r}]") for r, pair in enumerate(answer)]
 
 
+def _even(workers: int = WORKERS, global_batch: int = GLOBAL_BATCH) -> list[list[int]]:
+    """The tempting wrong map: as even as possible (14, 13, 13)."""
+    floor, extra = divmod(global_batch, workers)
+    out, first = [], 0
+    for w in range(workers):
+        size = floor + (w < extra)
+        out.append([first, first + size - 1])
+        first += size
+    return out
+
+
+def _floor_rest(workers: int = WORKERS, global_batch: int = GLOBAL_BATCH) -> list[list[int]]:
+    """The other tempting wrong map: floor(B / n) each, the remainder on the last (13, 13, 14)."""
+    size = global_batch // workers
+    return [[w * size, (w + 1) * size - 1 if w < workers - 1 else global_batch - 1]
+            for w in range(workers)]
+
+
 @question("q8.1", "08_multi_worker",
-          "predict [first, last] example of each replica_id_in_sync_group (2 workers × 2, batch 32, DATA)",
-          right="replicas 0–3 get examples 0–7, 16–23, 8–15 and 24–31: the batch is cut into 4 "
-                "per-replica batches of 8 and worker w keeps batches w and w + 2, while replica ids "
-                "count worker 0's replicas first.")
+          "predict [first, last] example of each replica_id_in_sync_group (3 CPU workers, global "
+          "batch 40, DATA)",
+          right="replicas 0–2 (one per CPU worker) get examples 0–13, 14–27 and 28–39: DATA cuts "
+                "the global batch as chapter 02's rule does, ceil(40 / 3) = 14 examples for each "
+                "replica but the last, which gets the 12 left.")
 def _q8_1(answer):
     got = _shard_map(answer, "your prediction")
     if isinstance(got, str):
         return got
-    want = data_shards()
-    if got == want:
+    if got == data_shards():
         return None
-    if got == [[8 * r, 8 * r + 7] for r in range(4)]:
-        return ("you gave replica r the r-th batch of 8. The workers take the per-replica batches "
-                "in turn (worker 0: batches 0 and 2, worker 1: batches 1 and 3), and replica ids "
-                "number worker 0's two replicas first.")
-    return f"you predicted {got}; each replica gets 8 consecutive examples, but not in replica order."
+    if got == _even():
+        return ("you split the batch as evenly as possible (14, 13, 13). TensorFlow cuts it as "
+                "chapter 02 showed: ceil(40 / 3) = 14 examples for each replica but the last, "
+                "which gets what is left.")
+    if got == _floor_rest():
+        return ("you gave floor(40 / 3) = 13 to each replica and the remainder to the last. "
+                "TensorFlow rounds UP: ceil(40 / 3) = 14 for each replica but the last.")
+    return (f"you predicted {got}; the replicas take consecutive examples of 0–39 in order, "
+            "worker 0 first, in chapter 02's sizes.")
+
+
+RULES = {"A": "ceil(B / n) examples for each replica but the last, which gets what is left",
+         "B": "as even as possible: sizes differ by at most one",
+         "C": "floor(B / n) examples each, the remainder on the last replica"}
 
 
 @question("q8.2", "08_multi_worker",
-          "observe the shard map of a real 2-worker job; pass (observed, which per-replica batch "
-          "replica 1 got)",
-          right="the traces show 0–7, 16–23, 8–15 and 24–31: replica 1, worker 0's second replica, "
-                "gets per-replica batch 2, because the workers take the batches in turn and replica "
-                "ids count each worker's replicas together.",
-          parts="(observed, batch)")
-def _q8_2(observed, batch):
+          "observe the shard map of a real 3-worker job; pass (observed, the letter of the rule "
+          "that cut the batch)",
+          right="the traces show 0–13, 14–27 and 28–39: rule A, ceil(B / n) examples for each "
+                "replica but the last, the rule chapter 02 found on one machine; DATA applies it "
+                "to the whole cluster's replicas.",
+          parts="(observed, rule)")
+def _q8_2(observed, rule):
     got = _shard_map(observed, "observed")
     if isinstance(got, str):
         return got
     if got != data_shards():
-        return (f"observed is {got}, but the job's traces show {data_shards()}: for each worker w "
-                "and local replica r, read run.trace(w).example_ids(0)[r] and put it at w × 2 + r.")
-    return judge_number(
-        batch, "the batch number", 2,
-        hints={1.0: "batch 1 (examples 8–15) went to worker 1; replica 1 is worker 0's second "
-                    "replica.",
-               8.0: "count batches (0–3 of 8 examples each), not examples."},
-        fallback="the 32 examples make per-replica batches 0–3 of 8 examples; which one holds "
-                 "examples 16–23?",
-        said="replica 1 did not get batch {value}: {hint}")
+        return (f"observed is {got}, but the job's traces show {data_shards()}: for each worker "
+                "w, read run.trace(w).example_ids(0)[0] (its one replica) and put its smallest "
+                "and largest id at position w.")
+    letter = choice(rule, "ABC", "the rule")
+    if letter == "A":
+        return None
+    sizes = [last - first + 1 for first, last in got]
+    return (f"rule {letter} ({RULES[letter]}) would not give the sizes you observed, {sizes}: "
+            f"14 = ceil(40 / 3) for replicas 0 and 1, and the 12 left for replica 2.")
 
 
 @question("q8.3", "08_multi_worker",
-          "run the job with shard_policy OFF; how many distinct examples did step 0 train on?",
-          right="16 distinct examples for a global batch of 32: with OFF both workers read the same "
-                "data, so every example is used twice and nothing warns.")
+          "run the job with --shard-policy OFF; how many distinct examples did step 0 train on?",
+          right="14 distinct examples, though step 0 trained on 40 (14 + 13 + 13): with OFF every "
+                "worker reads the same global batches from example 0, so most examples are used "
+                "three times, and nothing warns.")
 def _q8_3(answer):
     return judge_number(
-        answer, "the number of distinct examples", GLOBAL_BATCH // WORKERS,
-        hints={32.0: "32 is the global batch; count the DISTINCT example ids over both workers' "
-                     "traces (a set).",
-               8.0: "8 is one replica's share; count over all replicas of both workers.",
-               64.0: "64 is more than the batch holds; count distinct ids in step 0 only."},
-        fallback="Put every example id of step 0, from both workers' traces, in one set.",
+        answer, "the number of distinct examples", off_distinct(),
+        hints={40.0: "40 is the global batch, what step 0 trained on counting repeats; count the "
+                     "DISTINCT example ids over the three workers' traces (a set).",
+               13.0: "13 is what workers 1 and 2 read (examples 0–12); worker 0 read 0–13.",
+               12.0: "12 is what replica 2 got under DATA; this run is OFF: read its traces.",
+               120.0: "that counts every example more than once; put the ids in one set."},
+        fallback="Put every example id of step 0, from all three workers' traces, in one set.",
         said="you counted {value}. {hint}")
 
 
