@@ -54,15 +54,27 @@ def test_no_notebook_trains_in_a_mirrortutor_loop(path):
                       f"the page (cells, or a program under programs/ shown with mt.show_program)"
 
 
+def _where(program: str) -> str:
+    """``../programs/x.py`` (from the notebooks' folder) and ``programs/x.py`` are one file."""
+    return program[3:] if program.startswith("../") else program
+
+
+def _shown(code: str) -> set[str]:
+    return {_where(p) for p in re.findall(r"show_program\(\s*['\"]([^'\"]+)['\"]", code)}
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_every_program_a_notebook_runs_is_shown_first(path):
+    """A chapter shows a program's source before it runs it; an exercise may run one its chapter
+    showed."""
     code = _code(path)
-    def where(path: str) -> str:  # "../programs/x.py" from the notebooks' folder: the same file
-        return path[3:] if path.startswith("../") else path
-
-    shown = {where(p) for p in re.findall(r"show_program\(\s*['\"]([^'\"]+)['\"]", code)}
+    chapter = ROOT / "notebooks" / path.name
+    known = _shown(_code(chapter)) if path.parent.name == "exercises" and chapter.is_file() \
+        else set()
     for match in re.finditer(r"run_program\(\s*['\"]([^'\"]+)['\"]", code):
-        program = where(match.group(1))
-        assert program in shown and code.index(program) < match.start(), (
-            f"{path.name} runs {program} without showing its source first (mt.show_program)")
+        program = _where(match.group(1))
+        shown_before = _shown(code[:match.start()])
+        assert program in shown_before | known, (
+            f"{path.name} runs {program} without showing its source first (mt.show_program, "
+            f"here or, for an exercise, in its chapter)")
         assert (ROOT / program).is_file(), f"{path.name} runs {program}, which does not exist"
