@@ -9,51 +9,21 @@ program, in a given step: the other worker's next collective fails.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import mirrortutor as mt
 from mirrortutor.errors import (ClusterConfigError, ClusterStateError, JobConfigError,
                                 ProgramError, WorkerIndexError)
 
-#: A small synchronous loop; worker 1 raises on purpose when given --fail.
-PROGRAM = """
-import sys
-import keras, numpy as np, tensorflow as tf
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-keras.utils.set_random_seed(0)
-x = np.random.default_rng(0).normal(size=(256, 3)).astype("float32")
-data = {"index": np.arange(256), "x": x, "y": x.sum(1, keepdims=True)}
-batches = strategy.experimental_distribute_dataset(
-    tf.data.Dataset.from_tensor_slices(data).batch(8).repeat())
-with strategy.scope():
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-    optimizer = keras.optimizers.SGD(0.1)
-
-def step(b):
-    with tf.GradientTape() as tape:
-        loss = tf.nn.compute_average_loss(tf.square(model(b["x"]) - b["y"])[:, 0],
-                                          global_batch_size=8)
-    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                                  model.trainable_variables))
-    return loss
-
-@tf.function
-def train(iterator):
-    return strategy.reduce("SUM", strategy.run(step, args=(next(iterator),)), axis=None)
-
-if "--fail" in sys.argv and strategy.cluster_resolver.task_id == 1:
-    raise ValueError("worker 1 was told to fail")
-iterator = iter(batches)
-for i in range(int(sys.argv[1])):
-    print(i, repr(float(train(iterator))))
-"""
+#: A small synchronous loop (plain TF); worker 1 raises on purpose when given --fail.
+PROGRAM = str(Path(__file__).resolve().parent / "programs" / "steps.py")
 
 
 @pytest.fixture(scope="module")
-def program(tmp_path_factory):
-    path = tmp_path_factory.mktemp("prog") / "worker.py"
-    path.write_text(PROGRAM)
-    return str(path)
+def program():
+    return PROGRAM
 
 
 def test_the_same_script_runs_in_every_worker_recorded_and_on_stock_tf(program):
@@ -61,10 +31,10 @@ def test_the_same_script_runs_in_every_worker_recorded_and_on_stock_tf(program):
     merge (each worker's shard, the all-reduce's sum); a failing worker's error line says what it
     raised; and a killed worker is -9 while the other fails in its next collective."""
     with mt.MultiWorkerCluster(workers=2, grace=20) as cluster:
-        recorded = cluster.run_program(program, "4")
-        stock = cluster.run_program(program, "4", record=False)
-        failing = cluster.run_program(program, "4", "--fail", record=False)
-        killed = cluster.run_program(program, "40", kill_worker=1, at_step=3)
+        recorded = cluster.run_program(program, "--steps", "4")
+        stock = cluster.run_program(program, "--steps", "4", record=False)
+        failing = cluster.run_program(program, "--steps", "4", "--fail", record=False)
+        killed = cluster.run_program(program, "--steps", "40", kill_worker=1, at_step=3)
     assert recorded.ok and stock.ok, recorded.summary() + stock.summary()
     assert [w.stdout for w in recorded.workers] == [w.stdout for w in stock.workers]
     assert recorded.workers[0].stdout == recorded.workers[1].stdout

@@ -3,7 +3,7 @@
 Every worker runs it with its own TF_CONFIG (``cluster.run_program(path, "--steps", "6")``; a
 long ``--steps`` keeps the workers busy while a test looks at them). Each step all-reduces a
 gradient over every worker (``MultiWorkerMirroredStrategy``) and prints one line, so a test can
-follow the run from the worker's stdout file.
+follow the run from the worker's stdout file. ``--fail``: worker 1 raises before training.
 """
 
 import argparse
@@ -14,6 +14,7 @@ import tensorflow as tf
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--steps", type=int, default=6)
+parser.add_argument("--fail", action="store_true", help="worker 1 raises on purpose")
 args = parser.parse_args()
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -41,6 +42,8 @@ def train_step(iterator):
     return strategy.reduce("SUM", strategy.run(step_fn, args=(next(iterator),)), axis=None)
 
 
+if args.fail and strategy.cluster_resolver.task_id == 1:
+    raise ValueError("worker 1 was told to fail")
 iterator = iter(batches)
 for step in range(args.steps):
     print(step, repr(float(train_step(iterator))), flush=True)
