@@ -145,7 +145,7 @@ def keras_rates(schedule, steps: list) -> list[float]:
     import tensorflow as tf
 
     if not isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
-        raise TypeError(f"it returned {type(schedule).__name__}, not a keras.optimizers.schedules"
+        raise Wrong(f"it returned {type(schedule).__name__}, not a keras.optimizers.schedules"
                         ".LearningRateSchedule (a subclass with __call__(self, step))")
     optimizer = keras.optimizers.SGD(learning_rate=schedule)
     read = tf.function(lambda: tf.convert_to_tensor(optimizer.learning_rate))

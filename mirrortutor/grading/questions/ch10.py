@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import Function, close, integers, number, question, short
+from ..checks import Function, Wrong, close, integers, number, question, short
 
 # q10.1 and q10.2: 2 workers, one worker's batch 32 at rate 0.2, one epoch of 640 examples;
 # MirroredStrategy on 2 replicas with replica 1 0.05 s late (mt.straggle) with every gradient.
@@ -205,11 +205,14 @@ def sgd_weights(global_batch: int, rate: float, scale: float = 1.0) -> np.ndarra
 
 def read_weights(result, shown: str) -> np.ndarray:
     """The 4 final weights the student's function returned (model.get_weights() or the kernel)."""
-    values = np.asarray(result[0] if isinstance(result, list) and len(result) == 1 else result,
-                        dtype=np.float64).reshape(-1)
+    try:
+        values = np.asarray(result[0] if isinstance(result, list) and len(result) == 1
+                            else result, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        values = np.full(0, np.nan)
     if values.shape != (FEATURES,) or not np.all(np.isfinite(values)):
-        raise ValueError(f"{shown} should return the layer's 4 weights (model.get_weights()); "
-                         f"got {short(result)}")
+        raise Wrong(f"{shown} should return the layer's 4 weights (model.get_weights()); "
+                    f"got {short(result)}")
     return values
 
 
@@ -225,7 +228,7 @@ def _q10_5(calls):
         shown = calls.shown([replicas, batch, rate])
         try:
             got = read_weights(result, shown)
-        except ValueError as exc:
+        except Wrong as exc:
             return f"{exc}."
         want = sgd_weights(batch, rate)
         if np.allclose(got, want, rtol=1e-4, atol=1e-5):
