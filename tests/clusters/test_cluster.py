@@ -80,8 +80,8 @@ class Training:
     """Plain TensorFlow parameter-server training on the cluster's own strategy and coordinator,
     as TF's tutorial writes it: SGD steps scheduled on whichever worker is free. Each step returns
     the index of the worker that ran it (TF's experimental_get_current_worker_index), so the
-    results say which steps ran, and where. ``slow_worker``: that worker waits ``delay`` seconds
-    in every step it runs (mt.straggle)."""
+    results say which steps ran, and where. ``slow_worker``: that worker (or each of a tuple of
+    workers) waits ``delay`` seconds in every step it runs (mt.straggle)."""
 
     def __init__(self, cluster, slow_worker=None, delay=0.0):
         self.strategy, self.coordinator = cluster.strategy, cluster.coordinator
@@ -101,8 +101,8 @@ class Training:
         def step(iterator):
             def replica_fn(batch):
                 features, labels = batch
-                if slow_worker is not None:
-                    features = mt.straggle(features, delay, worker=slow_worker)
+                for slow in ((slow_worker,) if isinstance(slow_worker, int) else slow_worker or ()):
+                    features = mt.straggle(features, delay, worker=slow)
                 with tf.GradientTape() as tape:
                     loss = tf.nn.compute_average_loss(loss_fn(labels, model(features)))
                 grads = tape.gradient(loss, model.trainable_variables)

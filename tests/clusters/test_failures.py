@@ -66,8 +66,11 @@ error, _, report["stop_all_dead_seconds"] = timed(cluster.stop)
 
 # 4. The ps killed mid-training: a plain error saying what was lost; the results of the steps
 #    that ended before are still in this kernel (TF copies each to the coordinator at once).
+#    Every step waits 50 ms on both workers, so the 400 scheduled steps take about 10 s and the
+#    kill at 1.5 s lands while most of them still wait (a fast machine ran 400 bare steps in
+#    less than 1.5 s, and join() then had nothing left to fail).
 cluster = LocalCluster(workers=2, ps=1).start()
-training = Training(cluster)
+training = Training(cluster, slow_worker=(0, 1), delay=0.05)
 training.fit(20)
 training.schedule(400)
 time.sleep(1.5)

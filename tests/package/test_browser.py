@@ -84,12 +84,38 @@ def _trace_count(page) -> int:
         "g.trace").count()
 
 
+STDERR = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+
+
+def _wait_for_panel(page, slider, log: Path, timeout_s: float = 480) -> None:
+    """Wait until the panel's replica slider shows, failing at once, with what the page shows,
+    when a cell other than the chapter's one planned error raised, or a dialog opened (a kernel
+    that died, a kernel not found): Run All stops there, and the panel would never come."""
+    deadline = time.monotonic() + timeout_s
+    while not (slider.count() and slider.is_visible()):
+        errors = page.locator(STDERR, has_text="Traceback").all_inner_texts()
+        unexpected = [e for e in errors if "OutsideScopeError" not in e]
+        dialogs = page.locator(".jp-Dialog").all_inner_texts()
+        if unexpected or dialogs or time.monotonic() > deadline:
+            prompts = page.locator(".jp-InputArea-prompt").all_inner_texts()
+            lab_log = log.read_text()[-3000:] if log.exists() else "(no log)"
+            raise AssertionError(
+                "chapter 05's panel did not appear: "
+                + ("a cell raised:\n" + "\n---\n".join(e[-2500:] for e in unexpected)
+                   if unexpected else "")
+                + (f"a dialog is open: {dialogs}" if dialogs else "")
+                + (f"no slider after {timeout_s:.0f} s" if not (unexpected or dialogs) else "")
+                + f"\ncell prompts: {' '.join(p.strip() for p in prompts)}"
+                + f"\nJupyterLab's log (end):\n{lab_log}")
+        page.wait_for_timeout(2000)
+
+
 def test_chapter5_panel_in_a_real_browser(jupyterlab):
     """Run chapter 5 in Chromium, set 2 replicas, click Run: the charts gain that run's lines,
     labelled with its replica count and global batch (16 per replica × 2)."""
     from playwright.sync_api import expect, sync_playwright
 
-    url, _ = jupyterlab
+    url, served = jupyterlab
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -106,9 +132,8 @@ def test_chapter5_panel_in_a_real_browser(jupyterlab):
 
             # The panel appears when the last cell has run (every chapter cell before it too).
             slider = page.locator(".widget-slider", has_text="replicas").first
-            slider.wait_for(timeout=600_000)
-            tracebacks = page.locator(".jp-OutputArea-output[data-mime-type="
-                                      "'application/vnd.jupyter.stderr']", has_text="Traceback")
+            _wait_for_panel(page, slider, served.parent / "lab.log")
+            tracebacks = page.locator(STDERR, has_text="Traceback")
             # the one error is the lesson: the cell that builds a model outside the scope
             texts = tracebacks.all_inner_texts()
             assert len(texts) == 1 and "OutsideScopeError" in texts[0], texts
