@@ -46,7 +46,7 @@ _NAMES = """
 devices              setup
 grading.checks       check
 claims               claim
-record.mirrored      MirroredStrategy
+record.mirrored      MirroredStrategy new_collective_keys
 record.records       Recording
 record.trace         Trace
 record.workers       WorkerTraces

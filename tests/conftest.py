@@ -40,6 +40,17 @@ def pytest_collect_file(file_path, parent):
         tf_devices()
 
 
+@pytest.fixture(autouse=True)
+def _collective_keys_of_its_own():
+    """Every test's MirroredStrategies number their collective groups from a base no earlier test
+    used (mt.new_collective_keys, as TensorFlow's own tests do between strategies): the tests
+    share one process, and TF's default base would make a test over 3 replicas join the group of
+    an earlier test's 2 and fail. tests/record/test_collective_keys.py checks that failure."""
+    if "tensorflow" in sys.modules:
+        mt.new_collective_keys()
+    yield
+
+
 @pytest.fixture(scope="session")
 def devices() -> list[str]:
     """The 8 logical CPU device names, in replica order."""

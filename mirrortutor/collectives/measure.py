@@ -28,7 +28,7 @@ from ..errors import InvalidQuantityError, ReplicaCountError
 from ..record.crossdevice import IMPLEMENTATIONS, cross_device_ops
 from ..record.mirrored import MirroredStrategy
 from ..record.records import Recording
-from ..record.tf_internals.hooks import plain_mirrored_strategy
+from ..record.tf_internals.hooks import own_collective_keys, plain_mirrored_strategy
 from ..timing import median_seconds
 from ..validate import is_whole
 from . import costmodel
@@ -77,8 +77,9 @@ def _probe(devices, requested: str):
     NCCL on CPU fails the way a student meets it (its tf.function error is about device placement).
     """
     n = len(devices)
-    strategy = MirroredStrategy(devices, cross_device_ops=cross_device_ops(requested),
-                                recording=Recording(full_values=True))
+    with own_collective_keys():  # mirrortutor's own strategy: never the student's group keys
+        strategy = MirroredStrategy(devices, cross_device_ops=cross_device_ops(requested),
+                                    recording=Recording(full_values=True))
     values = _per_replica(strategy, 8)
     try:
         out = strategy.run(lambda x: tf.distribute.get_replica_context().all_reduce("SUM", x),

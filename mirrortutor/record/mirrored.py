@@ -25,7 +25,7 @@ from ..errors import ClusterStateError
 from .records import Recording
 from .strategy import RecordingStrategy
 from .tf_internals.hooks import (ObservedMirroredExtended, allreduce_uses_collectives,
-                                 give_fresh_collective_keys, host_device)
+                                 host_device, start_new_collective_keys)
 from .tf_internals.cluster import connected_to_cluster
 
 
@@ -40,7 +40,6 @@ class MirroredStrategy(RecordingStrategy, tf.distribute.MirroredStrategy):
 
     def __init__(self, devices=None, cross_device_ops=None, *, recording: Recording | None = None):
         devices = strategy_devices(devices)  # a device that does not exist: a plain error
-        give_fresh_collective_keys(self)
         recorder = self._begin_recording(recording)
         extended = ObservedMirroredExtended(self, recorder, devices=devices,
                                             cross_device_ops=cross_device_ops)
@@ -86,3 +85,27 @@ class MirroredStrategy(RecordingStrategy, tf.distribute.MirroredStrategy):
     def distribute_datasets_from_function(self, dataset_fn, options=None):
         self._refuse_after_cluster("distribute a dataset with")
         return super().distribute_datasets_from_function(dataset_fn, options)
+
+
+def new_collective_keys() -> None:
+    """Let the strategies made after this line run collectives in a process where a strategy over
+    another number of devices already did: the one visible line a notebook needs to change its
+    replica count, e.g.::
+
+        mt.new_collective_keys()   # stock TF: a new replica count needs a new process (or this)
+        strategy = tf.distribute.MirroredStrategy(devices[:3])
+
+    Why: on CPUs and GPUs, ``MirroredStrategy`` all-reduces with collective ops, which find each
+    other by a group key. Every strategy numbers its groups from the class attribute
+    ``MirroredStrategy._collective_key_base`` (``MirroredExtended._make_collective_ops_with_
+    fallbacks``, tensorflow/python/distribute/mirrored_strategy.py), which is 0 unless set. So
+    after a 4-replica all-reduce, a 3-replica one joins the same group and fails, and so does
+    every collective after it: ``InternalError: ... is joining a group with size3, but that group
+    has size 4 (group_key=1)``. mirrortutor's recording strategy fails in the same way. This line
+    sets the attribute to a base no strategy of this process used, as TensorFlow's own tests do
+    between strategies (``_mirrored_strategy_with_collective_key_base`` in
+    tensorflow/python/distribute/strategy_combinations.py; the attribute is marked "Only set this
+    in tests"). A real training program makes one strategy and needs none of this; a strategy with
+    ``cross_device_ops=tf.distribute.ReductionToOneDevice()`` uses no collective keys either.
+    """
+    start_new_collective_keys()

@@ -17,7 +17,7 @@ DOCUMENTED = {
     "tf_config", "JobConfigError",
     "ps_plots", "claim", "ClaimError", "diagnose",
     "ParameterServerStrategy", "ClusterCoordinator", "ParameterServerTrace", "RecordingTypeError",
-    "run_program", "show_program", "straggle",
+    "run_program", "show_program", "straggle", "new_collective_keys",
 }
 README = Path(__file__).resolve().parents[2] / "README.md"
 

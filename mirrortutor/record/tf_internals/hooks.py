@@ -9,6 +9,7 @@ this is where a recorded value enters mirrortutor. Checked against TensorFlow 2.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Protocol
 
@@ -21,9 +22,9 @@ from tensorflow.python.distribute import distribute_utils, mirrored_strategy
 
 __all__ = ["Observer", "ObservedMirroredExtended", "ObservedCollectiveExtended",
            "PassThroughCrossDeviceOps", "allreduce_uses_collectives", "communication",
-           "fresh_collective_key_base", "give_fresh_collective_keys", "host_device",
-           "implementation_name", "local_device_type", "plain_mirrored_strategy",
-           "worker_host_device"]
+           "fresh_collective_key_base", "host_device",
+           "implementation_name", "local_device_type", "own_collective_keys",
+           "plain_mirrored_strategy", "start_new_collective_keys", "worker_host_device"]
 
 
 class Observer(Protocol):
@@ -37,10 +38,14 @@ class Observer(Protocol):
 
 
 # ---- collective keys ---------------------------------------------------------------------------
-# Why: collective ops find each other by group key, and keys are process-wide: a second strategy
-# over another number of devices reuses the first one's and every later collective fails ("joining
-# a group with size 3, but that group has size 2"). TF's own tests give each strategy a distinct
-# `_collective_key_base` (strategy_combinations.py); so do we. Plain TF uses base 0.
+# Why: collective ops find each other by group key, and MirroredExtended numbers its groups from
+# the class attribute `MirroredStrategy._collective_key_base` + 1 (`_make_collective_ops_with_
+# fallbacks`, mirrored_strategy.py). That base is 0 unless set, so every strategy of a process
+# shares group 1: a second one over another number of devices joins the first one's group and
+# every later collective fails ("joining a group with size 3, but that group has size 2"). TF's
+# own tests set the base between strategies (`_mirrored_strategy_with_collective_key_base`,
+# strategy_combinations.py). mirrortutor's recording strategy inherits TF's attribute untouched,
+# so it fails exactly as TF does; mt.new_collective_keys() is the visible line that sets it.
 _KEY_SPACING = 10_000
 _key_bases = itertools.count(1)
 
@@ -50,20 +55,33 @@ def fresh_collective_key_base() -> int:
     return next(_key_bases) * _KEY_SPACING
 
 
-def give_fresh_collective_keys(strategy) -> None:
-    """Before its extended object is built: give ``strategy`` its own collective keys."""
-    strategy._collective_key_base = fresh_collective_key_base()
+def start_new_collective_keys() -> int:
+    """Set TF's ``MirroredStrategy._collective_key_base`` to a base no strategy used; return it.
+    Every MirroredStrategy made afterwards (TF's or mirrortutor's) numbers its groups from it."""
+    base = fresh_collective_key_base()
+    tf.distribute.MirroredStrategy._collective_key_base = base
+    return base
+
+
+@contextlib.contextmanager
+def own_collective_keys():
+    """Strategies made inside get collective keys no other strategy uses, and the base the
+    student's next strategy uses is put back on leaving: for the strategies mirrortutor makes
+    itself (measurements, references), so they never fail on, or change, the student's keys."""
+    cls = tf.distribute.MirroredStrategy
+    before = cls.__dict__.get("_collective_key_base", 0)
+    cls._collective_key_base = fresh_collective_key_base()
+    try:
+        yield
+    finally:
+        cls._collective_key_base = before
 
 
 def plain_mirrored_strategy(devices, cross_device_ops=None) -> tf.distribute.MirroredStrategy:
-    """TensorFlow's own ``MirroredStrategy`` (no recording), with fresh collective keys, so
-    strategies over different numbers of devices can share a process (benchmarks, references)."""
-    cls = tf.distribute.MirroredStrategy
-    cls._collective_key_base = fresh_collective_key_base()
-    try:
-        return cls(devices, cross_device_ops=cross_device_ops)
-    finally:
-        cls._collective_key_base = 0
+    """TensorFlow's own ``MirroredStrategy`` (no recording), with collective keys of its own
+    (:func:`own_collective_keys`), for mirrortutor's measurements and references."""
+    with own_collective_keys():
+        return tf.distribute.MirroredStrategy(devices, cross_device_ops=cross_device_ops)
 
 
 # ---- reading an extended object ------------------------------------------------------------------
