@@ -92,6 +92,7 @@ CLAIMS: dict[str, list[str]] = {
         "07-checkpoint-exact",
         "07-staleness-from-in-flight",
         "07-straggler-staler",
+        "07-straggler-staleness-size",
         "07-fewer-larger-steps-cost",
         "07-scaling-rule-helps",
         "07-async-below-sync",
