@@ -13,7 +13,9 @@ q7.4 asks for TensorFlow: the step a ``ClusterCoordinator`` schedules, with a st
 ``schedule``/``join`` loop, run on a real cluster. The judge reads what the run left, the recording
 strategy's log and the fetched losses, and checks what holds on every run however the workers were
 scheduled: every step ran once, the loss went down, the straggler ran at most half as many steps
-as either other worker and its gradients were the stalest.
+as either other worker and its counted staleness was the highest. The log cannot tell where in the
+step the wait was (the version counter is read first and incremented last, so a wait anywhere in
+between counts the same): the judge checks that worker 1 was slow, not the wait's placement.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def _log_rows(functions) -> list[dict]:
           "(functions, losses) with functions = strategy.trace.functions",
           right="60 steps scheduled, each run once and logged with its worker and versions, every "
                 "loss fetched, the loss going down; worker 1, the straggler, ran the fewest steps "
-                "and its gradients were the stalest.",
+                "and the most updates landed between its reads and its updates.",
           parts="(functions, losses)")
 def _q7_4(functions, losses):
     rows = _log_rows(functions)
@@ -163,13 +165,13 @@ def _q7_4(functions, losses):
     others = [w for w in range(PS_WORKERS) if w != SLOW_WORKER]
     if not 2 * counts[SLOW_WORKER] <= min(counts[w] for w in others):
         return (f"the steps per worker were {counts}: worker {SLOW_WORKER} was not slow. Put "
-                f"x = mt.straggle(x, 0.2, worker={SLOW_WORKER}) in the function strategy.run runs, "
-                "before the gradient is computed.")
+                f"logits = mt.straggle(logits, 0.2, worker={SLOW_WORKER}) in the function "
+                "strategy.run runs, after the forward pass and before the gradient is computed.")
     stale = {w: [f["version_written"] - 1 - f["version_read"] for f in rows if f["worker"] == w]
              for w in range(PS_WORKERS)}
     mean = {w: sum(s) / len(s) for w, s in stale.items() if s}
     if SLOW_WORKER not in mean or any(mean[SLOW_WORKER] <= mean[w] for w in others if w in mean):
         return (f"worker {SLOW_WORKER}'s steps were not the stalest (mean staleness per worker "
-                f"{ {w: round(m, 2) for w, m in mean.items()} }): did the straggler wait before "
-                "computing its gradient, on the ps's weights?")
+                f"{ {w: round(m, 2) for w, m in mean.items()} }): did worker {SLOW_WORKER} wait inside "
+                "the scheduled step, between reading the ps's weights and applying its update?")
     return None
