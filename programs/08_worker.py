@@ -1,7 +1,8 @@
 """One worker of a multi-worker job: plain TensorFlow, the same file on every machine.
 
 Each machine runs this same script with its own TF_CONFIG environment variable (the cluster's
-addresses, and which worker this one is); worker 0 is the chief. On real machines:
+addresses, and which worker this one is); worker 0 is the chief when the cluster lists no
+"chief" task (TF's multi_worker_util.is_chief). On real machines:
 
     TF_CONFIG='{"cluster": {"worker": ["host-a:12345", "host-b:12345"]},
                 "task": {"type": "worker", "index": 0}}' \
@@ -36,6 +37,8 @@ parser.add_argument("--checkpoint-dir", help="where the chief keeps checkpoints 
 parser.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints")
 parser.add_argument("--loop", default="custom", choices=["custom", "fit"])
 parser.add_argument("--out", help="a folder for each worker's final weights (weights-<task>.npz)")
+parser.add_argument("--full-traceback", action="store_true",
+                    help="show Keras's internal frames in an error (Keras hides them by default)")
 args = parser.parse_args()
 
 # ---- the cluster: who am I, and how do we all-reduce ------------------------------------------
@@ -50,7 +53,7 @@ if "TF_CONFIG" in os.environ:
 else:  # one machine: the reference
     strategy = tf.distribute.MirroredStrategy()
     task = "chief"
-is_chief = strategy.extended.should_checkpoint  # worker 0 (or the only machine)
+is_chief = strategy.extended.should_checkpoint  # worker 0 if no "chief" task (or the only machine)
 
 # ---- the data: the same global batches on every worker; the strategy splits them -------------
 if args.files:
@@ -80,13 +83,16 @@ with strategy.scope():
     optimizer.build(model.trainable_variables)
 
 if args.loop == "fit":  # Keras's own loop (see the notebook: under this strategy it fails)
+    if args.full_traceback:
+        keras.config.disable_traceback_filtering()
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(
         from_logits=True))
     model.fit(dataset.map(lambda b: (b["x"], b["y"])), epochs=1, steps_per_epoch=args.steps,
               verbose=0)
     raise SystemExit(0)
 
-# ---- checkpoints: every worker saves (a collective step); only the chief's files are kept -----
+# ---- checkpoints: every worker saves (ON_READ state is reduced across workers as it is saved);
+# only the chief's files are kept ---------------------------------------------------------------
 checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
 start = 0
 if args.checkpoint_dir:
@@ -98,6 +104,7 @@ if args.checkpoint_dir:
     write_dir = (args.checkpoint_dir if is_chief
                  else os.path.join(args.checkpoint_dir, f"scratch_{task}"))
     manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=None)
+# skip whole global batches, before the strategy splits them between workers and replicas
 iterator = iter(strategy.experimental_distribute_dataset(dataset.skip(start)))
 
 

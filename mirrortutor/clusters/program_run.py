@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from ..record.workers import WorkerTraces
 from ..tables import text_table
 from ..validate import whole_number
 
-__all__ = ["ClusterProgramRun", "WorkerExit", "program_spec", "collect"]
+__all__ = ["ClusterProgramRun", "WorkerExit", "program_spec", "collect", "traceback_frames"]
 
 STDERR_TAIL = 2000  # characters of each worker's standard error kept in the result
 
@@ -38,6 +39,7 @@ class WorkerExit:
     stdout: str = ""  # everything the program printed
     stderr_tail: str = ""  # the last STDERR_TAIL characters of its standard error
     error: str = ""  # the exception it raised, on one line ("" if none, or killed)
+    frames: list[str] = field(default_factory=list)  # its last traceback, "file:function" each
     seconds: float | None = None  # from the program's start to its end (None: killed)
 
     @property
@@ -123,6 +125,17 @@ def program_spec(script, args, *, num_workers: int, replicas_per_worker: int,
             "kill_worker": kill_worker, "kill_at": kill_at}
 
 
+def traceback_frames(stderr: str) -> list[str]:
+    """The frames of the last Python traceback in ``stderr``, outermost first, each as
+    ``"path:function"`` (the path from ``site-packages/`` on when it is under one): the whole
+    stack, which the ``stderr_tail`` may cut."""
+    last = stderr.rfind("Traceback (most recent call last):")
+    if last < 0:
+        return []
+    frames = re.findall(r'^\s*File "([^"]+)", line \d+, in (\S+)', stderr[last:], re.MULTILINE)
+    return [f"{path.split('site-packages/')[-1]}:{function}" for path, function in frames]
+
+
 def _read(path: str) -> str:
     try:
         return open(path, errors="replace").read()
@@ -136,10 +149,11 @@ def collect(spec: dict, run_dir: str, tf_configs: list[dict], codes: list, secon
     workers, traces = [], {}
     for i, code in enumerate(codes):
         ended = json.loads(_read(os.path.join(run_dir, f"worker_{i}.json")) or "{}")
+        stderr = _read(os.path.join(run_dir, f"worker_{i}.stderr"))
         workers.append(WorkerExit(
             worker=i, exit_code=code, stdout=_read(os.path.join(run_dir, f"worker_{i}.stdout")),
-            stderr_tail=_read(os.path.join(run_dir, f"worker_{i}.stderr"))[-STDERR_TAIL:],
-            error=ended.get("error", ""), seconds=ended.get("seconds")))
+            stderr_tail=stderr[-STDERR_TAIL:], error=ended.get("error", ""),
+            frames=traceback_frames(stderr), seconds=ended.get("seconds")))
         path = os.path.join(run_dir, f"trace-worker{i}-0.npz")
         if spec["record"] and os.path.exists(path):
             from ..record.trace import Trace

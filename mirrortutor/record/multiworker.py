@@ -71,8 +71,9 @@ class MultiWorkerMirroredStrategy(RecordingStrategy, tf.distribute.MultiWorkerMi
             message = (
                 "CommunicationImplementation.NCCL was asked for, but this worker's replicas are "
                 "CPUs and NCCL runs only on NVIDIA GPUs. TensorFlow only logs 'Enabled NCCL "
-                "communication but no GPUs detected/specified.' and runs its CPU collectives "
-                "instead (here: the same numbers as RING). Use RING (or AUTO) on CPUs.")
+                "communication but no GPUs detected/specified.' (_warn_nccl_no_gpu); its "
+                "CommunicationImplementation docstring says all-reduce on CPU falls back to RING. "
+                "Use RING (or AUTO) on CPUs.")
             self.trace.warn(message, cause="NCCL on CPUs")
 
     @property

@@ -104,17 +104,24 @@ class WorkerTraces:
                     for name, total in sums.items() for red in reduced), default=0.0)
 
     def sync_table(self) -> str:
-        """After each recorded step: how far replicas drift within a worker, and across workers."""
+        """After each recorded step: how far replicas drift within a worker, and across workers.
+
+        "n/a" where there was nothing to compare: within a worker of one replica (a copy against
+        itself), or across workers when the copies were not kept (``Recording(full_values=False)``,
+        or large tensors) or there is one worker.
+        """
         rows = [("step", "largest difference within a worker", "largest difference across workers")]
         for step in self.traces[0].steps if self.traces else []:
-            within = max((s.max_abs_diff for t in self.traces for s in t.sync(step)), default=0.0)
-            across = 0.0
+            records = [s for t in self.traces for s in t.sync(step)]
+            compared = [s.max_abs_diff for s in records if s.values is None or len(s.values) > 1]
+            across: list[float] = []
             first = {s.name: s.values for s in self.traces[0].sync(step)}
             for t in self.traces[1:]:
                 for s in t.sync(step):
                     if s.values is not None and first.get(s.name) is not None:
-                        across = max(across, float(np.max(np.abs(s.values[0] - first[s.name][0]))))
-            rows.append((str(step), f"{within:g}", f"{across:g}"))
+                        across.append(float(np.max(np.abs(s.values[0] - first[s.name][0]))))
+            rows.append((str(step), f"{max(compared):g}" if compared else "n/a",
+                         f"{max(across):g}" if across else "n/a"))
         return text_table(rows)
 
     def warnings(self) -> list[str]:

@@ -2,7 +2,8 @@
 
 Each worker runs the file as ``python SCRIPT ARGS`` would, with its own TF_CONFIG, under the
 recording substitution (``record=True``) or stock TensorFlow (``record=False``). The result says
-how each worker ended (exit status, stdout, stderr's tail, the error line) and, recorded, holds the
+how each worker ended (exit status, stdout, stderr's tail, the error line and its traceback's
+frames) and, recorded, holds the
 workers' traces merged. ``kill_worker``/``at_step`` kill one worker's process from outside the
 program, in a given step: the other worker's next collective fails.
 """
@@ -46,6 +47,7 @@ def test_the_same_script_runs_in_every_worker_recorded_and_on_stock_tf(program):
     assert [w.exit_code for w in failing.workers][1] == 1
     assert failing.workers[1].error == "ValueError: worker 1 was told to fail"
     assert "ValueError: worker 1 was told to fail" in failing.workers[1].stderr_tail
+    assert failing.workers[1].frames[-1].endswith("steps.py:<module>")  # where it raised
     assert killed.workers[1].exit_code == -9 and killed.workers[1].killed
     assert killed.workers[1].stdout.splitlines()[-1].startswith("2 ")  # died in step 3
     assert killed.workers[0].exit_code == 1 and killed.workers[0].error
