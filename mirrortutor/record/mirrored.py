@@ -11,9 +11,9 @@ it only adds observation at three places TensorFlow itself routes through:
 
 The hooks into TF's extended object live behind the wall of
 :mod:`~mirrortutor.record.tf_internals`; what is recorded, in :mod:`~mirrortutor.record.strategy`.
-Every instance also gets its own range of collective keys, so strategies over different numbers of
-devices can live in one process (plain TF aborts every later collective with "joining a group with
-size 3, but that group has size 2").
+Collective keys are TensorFlow's, untouched: a second strategy over another number of devices in
+one process fails as it does in plain TF ("joining a group with size 3, but that group has size
+2"), until the visible line :func:`new_collective_keys` runs before it.
 """
 
 from __future__ import annotations
@@ -96,16 +96,14 @@ def new_collective_keys() -> None:
         strategy = tf.distribute.MirroredStrategy(devices[:3])
 
     Why: on CPUs and GPUs, ``MirroredStrategy`` all-reduces with collective ops, which find each
-    other by a group key. Every strategy numbers its groups from the class attribute
-    ``MirroredStrategy._collective_key_base`` (``MirroredExtended._make_collective_ops_with_
-    fallbacks``, tensorflow/python/distribute/mirrored_strategy.py), which is 0 unless set. So
-    after a 4-replica all-reduce, a 3-replica one joins the same group and fails, and so does
-    every collective after it: ``InternalError: ... is joining a group with size3, but that group
-    has size 4 (group_key=1)``. mirrortutor's recording strategy fails in the same way. This line
-    sets the attribute to a base no strategy of this process used, as TensorFlow's own tests do
-    between strategies (``_mirrored_strategy_with_collective_key_base`` in
-    tensorflow/python/distribute/strategy_combinations.py; the attribute is marked "Only set this
-    in tests"). A real training program makes one strategy and needs none of this; a strategy with
+    other by a group key, and every strategy of a process numbers its groups from one base that
+    TensorFlow keeps on the class (the details, with TF's lines, are in
+    :func:`~mirrortutor.record.tf_internals.hooks.start_new_collective_keys`). So after a
+    4-replica all-reduce, a 3-replica one joins the same group and fails, and so does every
+    collective after it: ``InternalError: ... is joining a group with size3, but that group has
+    size 4 (group_key=1)``. mirrortutor's recording strategy fails in the same way. This line
+    moves that base to one no strategy of this process used, as TensorFlow's own tests do between
+    strategies. A real training program makes one strategy and needs none of this; a strategy with
     ``cross_device_ops=tf.distribute.ReductionToOneDevice()`` uses no collective keys either.
     """
     start_new_collective_keys()

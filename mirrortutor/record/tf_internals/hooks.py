@@ -57,7 +57,13 @@ def fresh_collective_key_base() -> int:
 
 def start_new_collective_keys() -> int:
     """Set TF's ``MirroredStrategy._collective_key_base`` to a base no strategy used; return it.
-    Every MirroredStrategy made afterwards (TF's or mirrortutor's) numbers its groups from it."""
+    Every MirroredStrategy made afterwards (TF's or mirrortutor's) numbers its groups from it.
+
+    ``MirroredExtended._make_collective_ops_with_fallbacks`` (tensorflow/python/distribute/
+    mirrored_strategy.py) builds its ``CollectiveKeys`` with ``group_key_start=1 +
+    self._collective_key_base``; the attribute is 0 unless set (marked "Only set this in tests").
+    TF's own tests set it between strategies (``_mirrored_strategy_with_collective_key_base``,
+    tensorflow/python/distribute/strategy_combinations.py)."""
     base = fresh_collective_key_base()
     tf.distribute.MirroredStrategy._collective_key_base = base
     return base
