@@ -74,7 +74,10 @@ data_options.experimental_distribute.auto_shard_policy = getattr(
     tf.data.experimental.AutoShardPolicy, args.shard_policy)
 dataset = dataset.with_options(data_options)
 
-# ---- the model: the same seed on every worker, so every copy starts from the same weights -----
+# ---- the model: created in strategy.scope(), where every worker's copy of a variable starts from
+# the chief's initial value, which the chief broadcasts (collective_all_reduce_strategy.py,
+# CollectiveAllReduceExtended._get_variable_creator_initial_value); the fixed seed makes the run
+# repeatable and the same as the one-machine reference ------------------------------------------
 with strategy.scope():
     keras.utils.set_random_seed(1)
     model = keras.Sequential([keras.Input((features,)), keras.layers.Dense(16, activation="relu"),
@@ -82,7 +85,7 @@ with strategy.scope():
     optimizer = keras.optimizers.SGD(learning_rate=args.learning_rate)
     optimizer.build(model.trainable_variables)
 
-if args.loop == "fit":  # Keras's own loop (see the notebook: under this strategy it fails)
+if args.loop == "fit":  # Keras's own loop (fails under MultiWorkerMirroredStrategy with 2+ workers)
     if args.full_traceback:
         keras.config.disable_traceback_filtering()
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(
@@ -91,8 +94,8 @@ if args.loop == "fit":  # Keras's own loop (see the notebook: under this strateg
               verbose=0)
     raise SystemExit(0)
 
-# ---- checkpoints: every worker saves (ON_READ state is reduced across workers as it is saved);
-# only the chief's files are kept ---------------------------------------------------------------
+# ---- checkpoints: every worker saves (a variable synchronized ON_READ, unless its aggregation is
+# ONLY_FIRST_REPLICA, is reduced across workers as it is saved); only the chief's files are kept -
 checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
 start = 0
 if args.checkpoint_dir:
