@@ -58,11 +58,15 @@ CLAIMS: dict[str, list[str]] = {
     "04_allreduce_algorithms": [
         "04-reduce-to-one-root-bottleneck",
         "04-ring-below-2S",
+        "04-halving-doubling-vs-ring-modelled",
         "04-what-tf-runs",
         "04-reduce-to-vs-batch-reduce",
+        "04-chosen-ops-keep-int32-rule",
         "04-hierarchical-copy-drops-a-replica",
+        "04-nccl-needs-gpus",
         "04-reduce-to-one-faster-here",
         "04-latency-here-vs-nvlink",
+        "04-resnet50-interconnects-modelled",
         "04-ring-share-levels-off",
     ],
     "05_scaling_experiments": [
