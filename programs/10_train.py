@@ -12,12 +12,14 @@ without it the program makes a small random problem of the same shapes (no downl
 
 The job is fixed by its arguments: the starting weights (seed 1 in every run), the data order
 (--seed shuffles the training examples once), --epochs passes over them in global batches of
---global-batch examples, SGD at --rate. Each replica's loss is divided by the GLOBAL batch, so
-the all-reduced (summed) gradient is the gradient of the whole batch's mean loss: the same
-update, whatever the number of replicas. It prints the first and last training loss and the
-held-out loss and accuracy (fixed formats: no timings on stdout); the time of every step is in
-`step_seconds`, and --out DIR writes each worker's weights (DIR/weights-<task>.npz) and its
-losses, step times and held-out scores (DIR/run-<task>.json).
+--global-batch examples, SGD at --rate. Each replica's loss is divided by the GLOBAL batch
+(tf.nn.compute_average_loss), and Keras's optimizer sums the replicas' gradients with an
+all-reduce (TFOptimizer._all_reduce_sum_gradients, keras/src/backend/tensorflow/optimizer.py), so
+the update follows the gradient of the whole batch's mean loss, whatever the number of replicas.
+It prints the first and last training loss and the held-out loss and accuracy (fixed formats: no
+timings on stdout); the time of every step is in `step_seconds`, and --out DIR writes each
+worker's weights (DIR/weights-<task>.npz) and its losses, step times and held-out scores
+(DIR/run-<task>.json).
 """
 
 import argparse
@@ -47,7 +49,7 @@ if args.strategy == "mirrored":
 elif args.strategy == "multiworker":
     strategy = tf.distribute.MultiWorkerMirroredStrategy()  # reads TF_CONFIG
 else:
-    strategy = tf.distribute.get_strategy()  # the default strategy: one device, no replicas
+    strategy = tf.distribute.get_strategy()  # the default strategy: one device, one replica
 
 if args.data:
     with np.load(args.data) as d:
@@ -61,6 +63,10 @@ dataset = (tf.data.Dataset.from_tensor_slices((x_train, y_train.astype("int64"))
            .shuffle(len(x_train), seed=args.seed, reshuffle_each_iteration=False)
            .repeat(args.epochs)
            .batch(args.global_batch, drop_remainder=True))
+# DATA: every worker reads the whole dataset and keeps its share of each global batch, so the
+# workers together read the batches one device reads. It needs a fixed order (the seeded shuffle
+# above); the default, AUTO, tries FILE first (AutoShardPolicy in tensorflow/python/data/ops/
+# options.py).
 options = tf.data.Options()
 options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
 dist_dataset = strategy.experimental_distribute_dataset(dataset.with_options(options))
@@ -79,7 +85,7 @@ def replica_step(batch):
         loss = tf.nn.compute_average_loss(loss_fn(y, model(x, training=True)),
                                           global_batch_size=args.global_batch)
     gradients = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(gradients, model.trainable_variables))  # all-reduces them
+    optimizer.apply_gradients(zip(gradients, model.trainable_variables))  # sums them over replicas
     return loss
 
 
