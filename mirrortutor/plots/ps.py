@@ -150,7 +150,8 @@ def convergence(runs: dict, window: int = 320) -> go.Figure:
                         legendgroup=label, showlegend=False, row=1, col=2)
     fig.update_xaxes(title="examples seen", row=1, col=1)
     fig.update_xaxes(title="seconds (logical CPU devices sharing the cores)", row=1, col=2)
-    fig.update_yaxes(title=f"training loss (over ~{window} examples)", row=1, col=1)
+    for col in (1, 2):
+        fig.update_yaxes(title=f"training loss (over ~{window} examples)", row=1, col=col)
     return layout(fig, "Convergence at equal examples, and in time", height=420)
 
 

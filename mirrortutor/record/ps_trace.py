@@ -24,9 +24,13 @@ What the numbers mean, and what they do not:
   updates before this function read any variable. Its reads may *also* have seen part of the
   updates of functions still running then: TensorFlow reads each variable (each ps task) on its
   own, with no lock, so one read can mix versions across variables. ``r`` is a lower bound.
-- ``staleness = version_written - 1 - version_read``: how many other functions finished between
-  this one's start and its own increment. Two functions can read the same version; none can write
-  the same one.
+- ``staleness = version_written - 1 - version_read``: how many other functions' increments landed
+  between this one's read of the counter and its own increment. Two functions can read the same
+  version; none can write the same one. It is close to, not exactly, the number of updates this
+  function's gradient missed, and it can be off either way by an update still in progress at either
+  end: one half-landed when this function read the variables is counted, though partly seen; one
+  whose variable updates landed before this function's but whose increment came after it was
+  missed and is not counted.
 - A version counted but never logged (:meth:`ParameterServerTrace.unlogged_versions`) is a run
   whose increment landed but whose results never reached the coordinator: the worker failed after
   it, and TensorFlow ran the function again elsewhere (``schedule`` is at-least-once).
@@ -73,7 +77,8 @@ class ScheduledRecord:
 
     @property
     def staleness(self) -> int:
-        """Other functions that finished between this one's start and its own increment."""
+        """Other functions whose increments landed between this one's read of the counter and its
+        own increment (see the module doc for what that does and does not count)."""
         return self.version_written - 1 - self.version_read
 
 

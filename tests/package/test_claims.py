@@ -95,6 +95,7 @@ CLAIMS: dict[str, list[str]] = {
         "07-failed-step-moves-counter",
         "07-checkpoint-exact",
         "07-each-step-logged-once",
+        "07-estimate-overshoots-at-low-load",
         "07-staleness-from-in-flight",
         "07-straggler-fewest-steps",
         "07-straggler-staler",

@@ -3,11 +3,11 @@
 No cluster runs here: staleness is arithmetic on an update log (which update read which version,
 which version it was applied to), so these questions are plain numpy and reasoning, and their
 checks are exact. The rules are chapter 07's: staleness = version applied − version read; with N
-workers the mean is at most N − 1, and about (N − 1) × the share of time a worker holds a gradient
-in flight, reached only once the first updates are past (q7.2 predicts a histogram's mean, warm-up
-included). q7.3 is a trade-off: with a straggler, synchronous steps wait for it, asynchronous ones
-keep going but grow stale, and dropping the straggler is a third way; the student prices each in
-examples per second and chooses under a staleness limit.
+workers the mean is at most N − 1, and, for busy workers, about (N − 1) × the share of time a
+worker holds a gradient in flight, reached only once the first updates are past (q7.2 predicts a
+histogram's mean, warm-up included). q7.3 is a trade-off: with a straggler, synchronous steps
+wait for it, asynchronous ones keep going but grow stale, and dropping the straggler is a third
+way; the student prices each in examples per second and chooses under a staleness limit.
 
 q7.4 asks for TensorFlow: the step a ``ClusterCoordinator`` schedules, with a straggler, and the
 ``schedule``/``join`` loop, run on a real cluster. The judge reads what the run left, the recording
