@@ -3,10 +3,10 @@
 The rules taught: without a partitioner, ``ParameterServerStrategy`` deals the variables
 round-robin over the ps tasks in creation order (:func:`ps_placement`; the tests check it against
 a real cluster), so the load is spread by variable, not by size: q6.1 asks for the bytes each ps
-ends up holding. ``MinSizePartitioner`` cuts a variable into as many shards as keep each at most about
-``min_shard_bytes``, rounding up, between 1 and ``max_shards`` and at most one per row
-(:func:`num_shards_rule`, TensorFlow's ``min_max_variable_partitioner``; the tests check it against
-TensorFlow itself). Every worker pulls every weight and pushes a gradient for it through the ps,
+ends up holding. ``MinSizePartitioner`` asks for ceil(bytes / ``min_shard_bytes``) shards, between 1
+and ``max_shards`` and at most one per row (:func:`num_shards_rule`, TensorFlow's
+``min_max_variable_partitioner``; the tests check it against TensorFlow itself), so a shard holds at
+most about ``min_shard_bytes`` only while neither cap binds; once one does, the shards grow. Every worker pulls every weight and pushes a gradient for it through the ps,
 4 bytes per float32 each way (q6.3). A ``dataset_fn`` that shards by the worker's index gives each
 worker every n-th example from its own (:func:`worker_batches_rule`, ``Dataset.shard``; q6.4 asks
 for the TensorFlow code and runs it).
@@ -76,10 +76,11 @@ SHARDINGS = ((1000, 8, 16_384, 2), (1000, 8, 8_000, 3), (1000, 8, 40_000, 4), (1
 @question("q6.2", "06_parameter_servers",
           "write num_shards(rows, cols, min_shard_bytes, max_shards) as MinSizePartitioner does",
           kind=Function("num_shards", SHARDINGS),
-          right="your num_shards(…) agrees with TensorFlow's MinSizePartitioner: as many shards as "
-                "it takes to keep each at most about min_shard_bytes (rounding up), never more than "
-                "max_shards, never more than the variable's rows (it is cut along its first axis), "
-                "never fewer than 1.")
+          right="your num_shards(…) agrees with TensorFlow's MinSizePartitioner: bytes / "
+                "min_shard_bytes shards, rounded up, never more than max_shards, never more than the "
+                "variable's rows (it is cut along its first axis), never fewer than 1. So a shard "
+                "holds at most about min_shard_bytes only while neither cap binds; once one does, "
+                "the shards grow.")
 def _q6_2(calls):
     for (rows, cols, min_bytes, most), result in calls:
         want = num_shards_rule(rows, cols, min_bytes, most)
