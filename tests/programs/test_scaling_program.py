@@ -16,6 +16,7 @@ PROGRAM = Path(__file__).resolve().parents[2] / "programs" / "05_scaling.py"
 def run_training(replicas, lr_rule="linear", base_lr=0.05, per_replica_batch=16, epochs=1,
                  data=""):
     """What chapter 05's notebook defines: one run of the program, as the charts' dict."""
+    mt.new_collective_keys()  # as the notebook: another replica count in this process
     run = mt.run_program(PROGRAM, "--replicas", replicas, "--lr-rule", lr_rule, "--base-lr",
                          base_lr, "--per-replica-batch", per_replica_batch, "--epochs", epochs,
                          *(["--data", data] if data else []))
