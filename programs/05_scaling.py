@@ -65,7 +65,10 @@ if steps_per_epoch < 1:
              "examples: use fewer replicas or a smaller per-replica batch")
 dataset = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
            .shuffle(len(x_train), seed=args.seed)           # a new order every epoch
-           .batch(global_batch_size, drop_remainder=True)   # Keras fit needs equal shards
+           # Only full batches: every step splits one global batch evenly over the replicas, and
+           # the repeated stream keeps in step with steps_per_epoch. (fit itself needs only its
+           # first batch to split evenly: chapter 02, section 3 of the course.)
+           .batch(global_batch_size, drop_remainder=True)
            .repeat()                                        # one iterator for every epoch
            .prefetch(tf.data.AUTOTUNE))                     # the next batch while this one trains
 
@@ -78,7 +81,9 @@ class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
     def __init__(self, start, peak, warmup_steps):
         self.start, self.peak, self.warmup_steps = start, peak, warmup_steps
 
-    def __call__(self, step):  # Keras calls it with optimizer.iterations, before every update
+    def __call__(self, step):
+        # step: optimizer.iterations. In fit this Python runs while the train step is traced,
+        # not at every update; the ops it returns do, so decide on step with tf ops.
         if self.warmup_steps == 0:  # no warm-up: the peak from the first step
             return tf.constant(self.peak, tf.float32)
         done = tf.minimum(tf.cast(step, tf.float32) / self.warmup_steps, 1.0)

@@ -73,8 +73,8 @@ CLAIMS: dict[str, list[str]] = {
         "05-fixed-rate-falls-behind",
         "05-linear-rule-recovers-warmup-does-not-help",
         "05-more-replicas-slower-here",
-        "05-modelled-efficiency-below-one",
-        "05-interconnect-decides",
+        "05-modelled-overhead-and-latency",
+        "05-keras-accumulation-fails",
         "05-accumulation-fewer-allreduces",
     ],
     "06_parameter_servers": [
