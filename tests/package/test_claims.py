@@ -20,6 +20,9 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 #: notebook stem -> the ids of its claim cells, in order.
 CLAIMS: dict[str, list[str]] = {
     "00_welcome": [
+        "00-eight-logical-devices",
+        "00-setup-again-is-harmless",
+        "00-one-value-per-device",
         "00-reduce-sum-and-mean",
     ],
     "01_mirrored_variable": [
