@@ -34,6 +34,8 @@ CLAIMS: dict[str, list[str]] = {
         "01-assignments-use-reduction-to-one",
         "01-only-none-drifts",
         "01-on-read-cross-replica-write",
+        "01-on-read-sum-cross-replica-add-raises",
+        "01-keras-metric-on-read-sum",
     ],
     "02_replicas_and_shards": [
         "02-contiguous-shards",
