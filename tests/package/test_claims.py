@@ -20,6 +20,9 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 #: notebook stem -> the ids of its claim cells, in order.
 CLAIMS: dict[str, list[str]] = {
     "00_welcome": [
+        "00-eight-logical-devices",
+        "00-setup-again-is-harmless",
+        "00-one-value-per-device",
         "00-reduce-sum-and-mean",
     ],
     "01_mirrored_variable": [
@@ -31,6 +34,8 @@ CLAIMS: dict[str, list[str]] = {
         "01-assignments-use-reduction-to-one",
         "01-only-none-drifts",
         "01-on-read-cross-replica-write",
+        "01-on-read-sum-cross-replica-add-raises",
+        "01-keras-metric-on-read-sum",
     ],
     "02_replicas_and_shards": [
         "02-contiguous-shards",
@@ -41,6 +46,7 @@ CLAIMS: dict[str, list[str]] = {
         "02-plain-tf-addn-error",
         "02-fit-fails-on-uneven-first-batch",
         "02-fit-needs-even-first-batch",
+        "02-other-count-fails-after-a-collective",
         "02-validation-needs-even-first-batch",
     ],
     "03_gradients_allreduce": [

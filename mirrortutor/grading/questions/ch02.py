@@ -1,7 +1,8 @@
 """Chapter 02 · Replicas and shards: how a global batch is cut into per-replica batches.
 
-The rule taught, :func:`tf_split`: with one worker and the default auto-shard policy (AUTO, whose
-DATA rewrite swaps in the legacy ``RebatchDataset``: ``_AutoShardDataset``,
+The rule taught, :func:`tf_split`: with one worker and the default auto-shard policy (AUTO, which for
+in-memory data finds no file reader and falls back to DATA, whose rewrite swaps in the legacy
+``RebatchDataset``: ``_AutoShardDataset``,
 tensorflow/python/data/experimental/ops/distribute.py), ``experimental_distribute_dataset`` gives the first replicas
 ``ceil(global_batch_size / num_replicas)`` examples each and the next ones what is left (58 over
 4: 15, 15, 15, 13), so the last replicas may get smaller or empty shards. The chapter prints one
