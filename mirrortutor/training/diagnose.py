@@ -10,17 +10,19 @@ timeline (``mt.Recording(timeline=True)``, :mod:`mirrortutor.record.timeline`):
   *waiting for replicas* phase;
 - **eager execution**: ``strategy.run`` called without ``tf.function`` (TensorFlow logs "Using
   MirroredStrategy eagerly has significant overhead currently"): the same step is timed again
-  inside ``tf.function`` and the difference is its cost.
+  inside ``tf.function`` and the difference is its cost. It is no phase of its own: it lies
+  inside the other phases (mostly *compute*), so the shares add up to more than 100 %.
 
 :func:`diagnose` reads those phases over a few steps and names the cause that costs the most time
-per step, with the numbers, or none when no cause takes :data:`DOMINANT` of the step. On logical
-CPU devices the numbers say where time goes on this machine, not on GPUs.
+per step, with the numbers, or none when no cause takes :data:`DOMINANT` of the step. Every number
+is a mean per step over the steps diagnosed, on one clock, the timeline's stamps: a step's time is
+its span (:meth:`~mirrortutor.record.timeline.Timeline.step_seconds`), the eager and the
+``tf.function`` step alike, so the report's numbers add up. On logical CPU devices the numbers say
+where time goes on this machine, not on GPUs.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,19 +55,20 @@ DOMINANT = 0.25  # a cause "dominates" when it costs at least this share of the 
 
 @dataclass
 class Diagnosis:
-    """Where a few steps' time went (seconds per step, averaged over steps and replicas)."""
+    """Where a few steps' time went: seconds per step, each the mean over the steps (and the
+    replicas) of the timeline's stamps, one clock for every number."""
 
     steps: int  # steps diagnosed
     replicas: int  # num_replicas_in_sync
-    step_s: float  # wall time of one step, as the steps ran
+    step_s: float  # the mean of the steps' spans (launch to the next launch) on the timeline
     input_s: float  # waiting for the batch
     compute_s: float  # computing
     waiting_s: float  # waiting for the slowest replica
     allreduce_s: float  # all-reducing, once every replica's input was ready
     outside_s: float  # outside strategy.run: the host's own work between steps
     eager: bool  # the steps ran eagerly
-    eager_s: float | None  # what running eagerly cost per step (None: not measured)
-    graph_step_s: float | None  # the same step inside tf.function, when measured
+    eager_s: float | None  # step_s - graph_step_s: what running eagerly cost (None: not measured)
+    graph_step_s: float | None  # the same step in tf.function: the mean of its steps' spans
     where: str  # what the times were measured on
     cause: str | None = None  # "input", "communication", "stragglers", "eager", or None
 
@@ -79,7 +82,9 @@ class Diagnosis:
         ms = lambda s: f"{s * 1e3:7.2f} ms"  # noqa: E731
         share = lambda s: f"{s / self.step_s:4.0%}" if self.step_s > 0 else "   -"  # noqa: E731
         lines = [f"{self.steps} steps on {self.replicas} replicas, {ms(self.step_s).strip()} per "
-                 f"step ({self.where}).", ""]
+                 f"step ({self.where}).",
+                 "Each time is a mean per step over these steps, from the timeline's stamps (one "
+                 "clock).", ""]
         names = {"input": "input", "communication": "communication (all-reduce)",
                  "stragglers": "stragglers (waiting)", "eager": "eager execution"}
         for key, seconds in self.costs().items():
@@ -90,11 +95,12 @@ class Diagnosis:
                 elif self.eager_s is None:
                     note = "  (the steps ran eagerly; pass step= to measure the cost)"
                 else:
-                    note = f"  (eager step, vs {ms(self.graph_step_s).strip()} in tf.function)"
+                    note = (f"  (= {ms(self.step_s).strip()} eagerly - "
+                            f"{ms(self.graph_step_s).strip()} in tf.function)")
             mark = "  <- dominates" if key == self.cause else ""
             lines.append(f"  {names[key]:28s} {ms(seconds)} {share(seconds)}{mark}{note}")
         lines.append(f"  {'(computing':28s} {ms(self.compute_s)} {share(self.compute_s)})")
-        lines.append(f"  {'(outside strategy.run)':28s} {ms(self.outside_s)} "
+        lines.append(f"  {'(outside strategy.run':28s} {ms(self.outside_s)} "
                      f"{share(self.outside_s)})")
         lines.append("")
         if self.cause is None:
@@ -121,13 +127,17 @@ def verdict(d: Diagnosis) -> str | None:
     return worst if d.step_s > 0 and costs[worst] >= DOMINANT * d.step_s else None
 
 
-def _diagnosis(timeline, eager_s=None, graph_step_s=None) -> Diagnosis:
-    spans = timeline.step_seconds()
+def _diagnosis(timeline, graph=None) -> Diagnosis:
+    """The diagnosis of ``timeline``'s steps; ``graph``: the timeline of the same step run in
+    tf.function, when the steps ran eagerly. Both step times are means of spans on one clock."""
+    step_s = float(np.mean(timeline.step_seconds()))
+    graph_s = None if graph is None else float(np.mean(graph.step_seconds()))
+    eager_s = None if graph_s is None else max(0.0, step_s - graph_s)
     kind = "GPU" if any("GPU" in d.upper() for d in timeline.devices) else "CPU"
     t = timeline.totals()
-    d = Diagnosis(len(timeline.steps), timeline.replicas, float(np.mean(spans)), t["input"],
+    d = Diagnosis(len(timeline.steps), timeline.replicas, step_s, t["input"],
                   t["compute"], t["waiting for replicas"], t["all-reduce"], t["outside run"],
-                  all(timeline.eager), eager_s, graph_step_s, measured_here(kind))
+                  all(timeline.eager), eager_s, graph_s, measured_here(kind))
     d.cause = verdict(d)
     return d
 
@@ -145,15 +155,13 @@ def _timeline(trace, steps: list[int]):
     return trace.timeline(timed)
 
 
-def _run(step, count: int, bar) -> list[float]:
-    """Call ``step`` ``count`` times; the wall time of each call."""
-    times = []
+def _run(trace, step, count: int, bar) -> list[int]:
+    """Call ``step`` ``count`` times; the numbers of the steps the strategy counted meanwhile."""
+    first = trace.steps_run
     for _ in range(count):
-        start = time.perf_counter()
         step()
-        times.append(time.perf_counter() - start)
         bar.update(1)
-    return times
+    return list(range(first, trace.steps_run))
 
 
 def diagnose(strategy, step=None, *, steps: int = 10, warmup: int = 2) -> Diagnosis:
@@ -165,7 +173,8 @@ def diagnose(strategy, step=None, *, steps: int = 10, warmup: int = 2) -> Diagno
     ``step``: a function of no arguments that runs one training step (one ``strategy.run``),
     e.g. ``lambda: train_step(next(iterator))``; it is run ``warmup`` times (tracing), then
     ``steps`` times, which trains the model that much further. If the steps ran eagerly, the same
-    ``step`` is then run in ``tf.function`` to measure what eager execution costs. Without
+    ``step`` is then run in ``tf.function`` (as many times) to measure what eager execution costs:
+    the difference of the two mean step times on the timeline. Without
     ``step``, the last ``steps`` recorded steps are read instead: what the student's own loop
     already ran on that strategy (chapter 09's straggler: a custom loop with ``mt.straggle`` in its
     replica step), or a trace ``python -m mirrortutor record`` wrote. Returns a
@@ -193,11 +202,8 @@ def diagnose(strategy, step=None, *, steps: int = 10, warmup: int = 2) -> Diagno
             f"step must be a function of no arguments that runs one training step, e.g. "
             f"lambda: train_step(next(iterator)); got {type(step).__name__}.")
     with progress(warmup + steps, "diagnosing: running steps") as bar:
-        _run(step, warmup, bar)
-        first = trace.steps_run
-        walls = _run(step, steps, bar)
-        ran = list(range(first, trace.steps_run))
-    timeline = _timeline(trace, ran)
+        _run(trace, step, warmup, bar)
+        timeline = _timeline(trace, _run(trace, step, steps, bar))
     if not all(timeline.eager):
         return _diagnosis(timeline)
     import tensorflow as tf
@@ -205,9 +211,8 @@ def diagnose(strategy, step=None, *, steps: int = 10, warmup: int = 2) -> Diagno
     try:
         in_graph = tf.function(step)
         with progress(warmup + 1 + steps, "diagnosing: the same step in tf.function") as bar:
-            _run(in_graph, warmup + 1, bar)
-            graph_walls = _run(in_graph, steps, bar)
-    except Exception:  # a step tf.function cannot trace (e.g. .numpy() inside): not measured
-        return _diagnosis(timeline)
-    eager_s, graph_s = statistics.median(walls), statistics.median(graph_walls)
-    return _diagnosis(timeline, max(0.0, eager_s - graph_s), graph_s)
+            _run(trace, in_graph, warmup + 1, bar)  # + 1: the first call traces
+            graph = _timeline(trace, _run(trace, in_graph, steps, bar))
+    except Exception:  # a step tf.function cannot trace (e.g. .numpy() inside), or steps the
+        return _diagnosis(timeline)  # strategy no longer records (NotRecordedError): not measured
+    return _diagnosis(timeline, graph)

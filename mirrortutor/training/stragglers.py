@@ -46,6 +46,10 @@ def straggle(x, seconds: float, *, replica: int | None = None, worker: int | Non
     or worker goes straight on. The wait is a real sleep on the device running the step, before
     anything that reads ``x``: a synchronous all-reduce really waits for it, and an asynchronous
     update really arrives late. ``x`` may be a tensor or a nest of them (a batch ``(x, y)``).
+
+    The wait costs more than ``seconds``: the sleep is a one-element ``tf.data`` dataset, built and
+    read in the step (:func:`sleep`), ~10 ms more on 2 cores. Predict a straggler's cost from one
+    measured straggle (chapter 09 does: the step it slows), not from ``seconds`` alone.
     """
     if (replica is None) == (worker is None):
         raise InvalidQuantityError(

@@ -152,7 +152,6 @@ CLAIMS: dict[str, list[str]] = {
         "09-straggler-holds-the-step",
         "09-straggler-same-weights",
         "09-accumulation-same-update",
-        "09-accumulation-fewer-allreduces",
         "09-accumulation-still-waits",
         "09-diagnose-names-each-cause",
     ],

@@ -6,13 +6,15 @@ from __future__ import annotations
 import gc
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 import mirrortutor as mt
 from helpers import mlp_step
 
-READ_S = 0.06  # a slow read: 60 ms per batch, a sleep standing for a slow disk (no CPU work)
+READ_S = 0.2  # a slow read: 200 ms per batch, a sleep standing for a slow disk (no CPU work);
+#              well above the step's ~50 ms of compute on 2 busy cores, which 60 ms was not
 
 
 def read_slowly(e):
@@ -42,7 +44,7 @@ def no_pipeline_left_running():
 
 
 def test_a_slow_pipeline_is_input_bound_and_compute_bound_once_fixed(devices):
-    """A 60 ms read per batch: input dominates; parallel reads and cache() after them: the input
+    """A 200 ms read per batch: input dominates; parallel reads and cache() after them: the input
     share falls below 30 %, the replicas mostly compute, and the step is over twice as fast."""
     slow = lambda ds: ds.batch(256, drop_remainder=True).map(read_slowly)  # noqa: E731
     fixed = lambda ds: ds.batch(256, drop_remainder=True).map(  # noqa: E731
@@ -88,6 +90,23 @@ def test_eager_steps_are_named_with_their_cost(devices):
     assert d.eager and d.cause == "eager", d.report()
     assert d.graph_step_s < d.step_s and d.eager_s > 0
     assert "tf.function" in d.report()
+
+
+def test_the_eager_report_adds_up_on_one_clock(devices):
+    """eager execution = the eager step's time - the tf.function step's, both means of the
+    timeline's step spans, as the report prints them (they once mixed host-clock medians with
+    the timeline's mean, so 47.27 - 2.58 printed as 46.60); every bracket of the report closes."""
+    s = timing(devices, 2)
+    d = mt.diagnose(s, custom_step(s, 64, 64, compiled=False), steps=4)
+    graph = s.trace.timeline(s.trace.timed_steps()[-4:])  # the tf.function steps, run last
+    assert d.eager and not any(graph.eager), d.report()
+    assert d.graph_step_s == pytest.approx(float(np.mean(graph.step_seconds())), abs=1e-9)
+    assert d.eager_s == pytest.approx(d.step_s - d.graph_step_s, abs=1e-9), d.report()
+    text = d.report()
+    assert (f"{d.eager_s * 1e3:.2f} ms" in text and f"= {d.step_s * 1e3:.2f} ms eagerly - "
+            f"{d.graph_step_s * 1e3:.2f} ms in tf.function" in text), text
+    for line in text.splitlines():
+        assert line.count("(") == line.count(")"), line
 
 
 def test_the_report_says_the_cause_and_the_remedy(devices):
