@@ -88,9 +88,10 @@ class MirroredStrategy(RecordingStrategy, tf.distribute.MirroredStrategy):
 
 
 def new_collective_keys() -> None:
-    """Let the strategies made after this line run collectives in a process where a strategy over
-    another number of devices already did: the one visible line a notebook needs to change its
-    replica count, e.g.::
+    """Let the strategies made after this line run collectives in a process where another strategy
+    already did: the one visible line a notebook needs to change its replica count, or to make a
+    second strategy whose all-reduces have other shapes (same group and instance keys: "Shape
+    mismatch in the collective instance" in stock TF too), e.g.::
 
         mt.new_collective_keys()   # stock TF: a new replica count needs a new process (or this)
         strategy = tf.distribute.MirroredStrategy(devices[:3])
