@@ -18,9 +18,15 @@ def _code(nb) -> list[str]:
 
 
 def test_the_course_has_its_notebooks_in_order():
-    """Notebooks are numbered 00, 01, … with no gaps, one idea each."""
-    numbers = [int(p.name[:2]) for p in NOTEBOOKS]
+    """Notebooks are numbered 00, 01, … with no gaps, one idea each; a chapter too long for one
+    sitting goes on in a second part lettered after its number (``09b_…``), which shares the
+    chapter's exercise."""
+    parts = [re.fullmatch(r"(\d\d)(b?)_[a-z0-9_]+\.ipynb", p.name) for p in NOTEBOOKS]
+    assert all(parts), [p.name for p, m in zip(NOTEBOOKS, parts) if not m]
+    numbers = [int(m.group(1)) for m in parts if not m.group(2)]
     assert numbers == list(range(len(numbers))) and len(numbers) >= 2
+    for m in parts:  # a second part follows its chapter's first
+        assert not m.group(2) or int(m.group(1)) in numbers
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
