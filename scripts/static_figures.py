@@ -9,10 +9,15 @@ GitHub, nbviewer and nbconvert know no renderer for that mimetype and show nothi
 the file sees the PNG, JupyterLab still picks the interactive figure, and nbval never compares
 either (it skips image mimetypes, and cannot compare plotly's JSON as text).
 
+The still is drawn :data:`WIDTH` pixels wide unless the figure sets its own width: the course's
+footnotes are wrapped for a notebook's width, and plotly's default 700 px cut their ends off. An
+animated figure shows the frame its ``layout.meta.still_frame`` names (the all-reduce animations
+name the step where the reduction is complete), else its last: the first is only the start.
+
 The picture is what plotly.js itself draws: the ``plotly.min.js`` shipped inside the plotly
 package, in Debian's Chromium driven by Playwright (as tests/package/test_browser.py does),
 through ``Plotly.toImage``. That is what kaleido does too; kaleido 1.x would also need a Chrome,
-and adds a dependency for nothing this does not. An animated figure shows its first frame.
+and adds a dependency for nothing this does not.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import nbformat
 
 PLOTLY = "application/vnd.plotly.v1+json"
 PNG = "image/png"
+WIDTH = 860  # px, for a figure that sets none (plotly's own default, 700, clips footnotes)
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -37,6 +43,25 @@ def plotly_js() -> Path:
     import plotly
 
     return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+def still(figure: dict) -> dict:
+    """What to draw of ``figure``: itself, or for an animation one frame of it (module doc)."""
+    frames = figure.get("frames") or []
+    layout = dict(figure.get("layout") or {})
+    if not frames:
+        return {"data": figure.get("data") or [], "layout": layout}
+    name = (layout.get("meta") or {}).get("still_frame")
+    frame = next((f for f in frames if f.get("name") == name), frames[-1])
+    data = [dict(trace) for trace in figure.get("data") or []]
+    for i, trace in zip(frame.get("traces") or range(len(frame.get("data") or [])),
+                        frame.get("data") or []):
+        if i < len(data):
+            data[i] = {**data[i], **trace}
+    layout.update(frame.get("layout") or {})
+    position = [f.get("name") for f in frames].index(frame.get("name"))
+    layout["sliders"] = [{**slider, "active": position} for slider in layout.get("sliders") or []]
+    return {"data": data, "layout": layout}
 
 
 def figure_outputs(nb: nbformat.NotebookNode) -> list[dict]:
@@ -59,14 +84,15 @@ class Painter:
         return self
 
     def png(self, figure: dict) -> bytes:
-        """The figure as plotly.js draws it, at the layout's size (plotly's default 700×450),
-        stored with a palette of 256 colours: a quarter of the bytes, no visible change on
-        plotly's flat colours."""
+        """The figure's :func:`still` as plotly.js draws it, :data:`WIDTH` wide unless its layout
+        says otherwise (height: the layout's, or plotly's default 450), stored with a palette of
+        256 colours: a quarter of the bytes, no visible change on plotly's flat colours."""
         from PIL import Image
 
+        drawn = still(figure)
+        size = {"width": drawn["layout"].get("width") or WIDTH}
         url = self._page.evaluate(
-            "fig => Plotly.toImage({data: fig.data || [], layout: fig.layout || {}},"
-            " {format: 'png'})", figure)
+            "([fig, size]) => Plotly.toImage(fig, {format: 'png', ...size})", [drawn, size])
         drawn = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")
         stored = io.BytesIO()
         drawn.quantize(256).save(stored, "PNG", optimize=True)

@@ -85,7 +85,11 @@ def allreduce_animation(n: int = 4, algorithm: str = "ring") -> go.Figure:
     steps = [dict(label=labels[i], method="animate",
                   args=[[str(i)], dict(mode="immediate", frame=dict(duration=0, redraw=True),
                                        transition=dict(duration=0))]) for i in range(len(states))]
+    # A page read without a kernel (GitHub, the site) shows one still: the frame where the
+    # reduction is complete and nothing is sent back yet (scripts/static_figures.py reads this).
+    reduced = [s.index for s in result.steps if s.phase in ("gather", "reduce-scatter", "fold")]
     fig.update_layout(
+        meta=dict(still_frame=str(reduced[-1] + 1 if reduced else len(states) - 1)),
         sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="step "), y=0,
                       yanchor="top", pad=dict(t=60))],
         updatemenus=[dict(type="buttons", showactive=False, x=1.0, y=1.0, xanchor="right",

@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-from static_figures import PLOTLY, PNG, Painter, add_images  # noqa: E402
+from static_figures import PLOTLY, PNG, WIDTH, Painter, add_images, still  # noqa: E402
 
 
 def _figure_notebook() -> nbformat.NotebookNode:
@@ -25,7 +25,7 @@ def _figure_notebook() -> nbformat.NotebookNode:
 
 
 def test_every_figure_gets_a_drawn_png_the_same_on_every_run():
-    """add_images puts beside the figure a PNG of plotly's default size with the bars' colours
+    """add_images puts beside the figure a PNG WIDTH wide (plotly's default height) with the bars' colours
     in it, leaves the figure's JSON as it was, and draws the same bytes twice (no diff noise)."""
     from PIL import Image
 
@@ -38,7 +38,7 @@ def test_every_figure_gets_a_drawn_png_the_same_on_every_run():
     data = nb.cells[0].outputs[0]["data"]
     assert data[PNG] == first and data[PLOTLY] == figure
     image = Image.open(io.BytesIO(base64.b64decode(first))).convert("RGB")
-    assert image.size == (700, 450)
+    assert image.size == (WIDTH, 450)
     colours = {colour for _, colour in image.getcolors(1 << 16)}
     assert (99, 110, 250) in colours  # plotly's first trace colour, #636efa: the bars are drawn
     assert len(colours) > 10  # and text, axes, background: not a blank picture
@@ -77,3 +77,24 @@ def test_every_stored_figure_carries_its_still(path):
     missing = [i for i, cell in enumerate(nb.cells) for out in cell.get("outputs", [])
                if PLOTLY in out.get("data", {}) and PNG not in out["data"]]
     assert not missing, f"{path.name}: cells {missing} have no still: run `make figures`"
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "reduce_to_one", "halving_doubling"])
+def test_an_animation_still_shows_the_reduced_frame_not_the_start(algorithm):
+    """An all-reduce animation's still is the frame where the reduction is complete: every
+    chunk summed over all 4 ranks on at least one rank, and nothing yet sent back (the start
+    frame shows only 1s, which is what a reader without a kernel used to get)."""
+    import numpy as np
+
+    import mirrortutor as mt
+
+    figure = mt.allreduce_plots.allreduce_animation(4, algorithm).to_plotly_json()
+    drawn = still(figure)
+    z = drawn["data"][0]["z"]  # as stored: plotly's typed array ({dtype, bdata, shape})
+    z = np.frombuffer(base64.b64decode(z["bdata"]), z["dtype"]).reshape(
+        [int(d) for d in str(z["shape"]).split(",")])
+    assert (z.max(axis=0) == 4).all()  # every chunk fully summed somewhere
+    assert (z < 4).any()  # not the end: the result is not on every rank yet
+    name = figure["layout"]["meta"]["still_frame"]
+    assert drawn["layout"]["sliders"][0]["active"] == [f["name"] for f in figure["frames"]].index(name)
+    assert drawn["layout"]["title"] != figure["layout"]["title"]  # the frame's own title
