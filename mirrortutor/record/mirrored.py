@@ -69,7 +69,8 @@ class MirroredStrategy(RecordingStrategy, tf.distribute.MirroredStrategy):
                 f"Cannot {doing} this MirroredStrategy here: this kernel is connected to a "
                 f"parameter-server cluster (an mt.LocalCluster started in it, even one stopped "
                 f"since, connects it for good), and in such a kernel TensorFlow's collective "
-                f"all-reduce over {n} devices waits for ever (plain TensorFlow too). Restart the "
+                f"all-reduce over {n} devices does not complete (plain TensorFlow's did not either, when "
+                f"this was written; no test runs it). Restart the "
                 f"kernel (Kernel → Restart) and run the synchronous part before starting a "
                 f"cluster, as chapters 06 and 07 do; or pass "
                 f"cross_device_ops=tf.distribute.ReductionToOneDevice(), which works here.")
