@@ -71,10 +71,11 @@ def front_page(readme: str, exercises: set[str]) -> str:
     table = readme.split("## The course", 1)[1].split("\n\n")[1]
     rows = []
     for line in table.splitlines():
-        name = re.match(r"\| `(\d\d_\w+)` \|", line)
+        name = re.match(r"\| `(\d\db?_\w+)` \|", line)  # 09b_…: a chapter's second part
         if name:
             stem = name.group(1)
-            task = f"[exercise](exercises/{stem}.ipynb)" if stem in exercises else ""
+            shared = [e for e in sorted(exercises) if e[:2] == stem[:2]]  # a part shares its exercise
+            task = f"[exercise](exercises/{shared[0]}.ipynb)" if shared else ""
             line = line.replace(f"`{stem}`", f"[{stem}](notebooks/{stem}.ipynb)") + f" {task} |"
         elif line.startswith("| notebook"):
             line += " exercise |"

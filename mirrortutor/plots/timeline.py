@@ -19,9 +19,10 @@ from .style import layout, wrap
 PHASE_COLOURS = {"input": "#FFA15A", "compute": "#636EFA", "waiting for replicas": "#EF553B",
                  "all-reduce": "#00CC96", "outside run": "#C8C8C8"}
 
-GPU_CAVEAT = ("On GPUs TensorFlow hands each kernel to the GPU and moves on, so a timestamp there "
-              "marks when work was handed over, not when it ran: a GPU's own kernel and NCCL "
-              "times need the profiler (TensorBoard's trace viewer).")
+GPU_CAVEAT = ("On a GPU replica tf.timestamp() (a CPU-only op) reads the host's clock, and when it "
+              "fires relative to the GPU's work depends on how TensorFlow carries the dependency "
+              "from the GPU to the host (not measured here): for a GPU's kernel and NCCL times, "
+              "use the profiler (TensorBoard's trace viewer).")
 
 
 def caption(timeline: Timeline) -> str:
@@ -56,8 +57,10 @@ def step_timeline(trace, steps: list[int] | None = None, title: str = "Step time
                           annotation_text=f"step {step}", annotation_position="top left")
     fig.update_yaxes(categoryorder="array", categoryarray=rows[::-1])
     fig.update_xaxes(title="milliseconds since the first step shown began")
-    return layout(fig, title, wrap(caption(timeline)), barmode="overlay", height=120 + 40 *
-                  timeline.replicas, legend_title="phase")
+    # at least 4 rows' height: the legend's five phases need it, or a still image cuts them off
+    height = 120 + 40 * max(timeline.replicas, 4)
+    return layout(fig, title, wrap(caption(timeline)), barmode="overlay", height=height,
+                  legend_title="phase")
 
 
 __all__ = ["GPU_CAVEAT", "PHASE_COLOURS", "caption", "step_timeline"]

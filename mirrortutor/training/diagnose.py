@@ -43,7 +43,9 @@ CAUSES = {
     "communication": ("the gradient all-reduce takes the time",
                       "a larger per-replica batch (more compute per byte sent), fewer all-reduces "
                       "(gradient accumulation), a faster interconnect, or bucketing to overlap "
-                      "it with the backward pass"),
+                      "it with the backward pass where the all-reduce takes CommunicationOptions "
+                      "(MultiWorkerMirroredStrategy's communication_options, your own "
+                      "all_reduce(..., options=...))"),
     "stragglers": ("replicas wait for the slowest one",
                    "find the slow device (or the replica with more work), balance the shards, or "
                    "leave the slow device out"),

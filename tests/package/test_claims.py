@@ -147,6 +147,8 @@ CLAIMS: dict[str, list[str]] = {
         "09-cached-is-compute-bound",
         "09-distribute-prefetches",
         "09-eager-is-slower",
+    ],
+    "09b_communication_and_stragglers": [
         "09-allreduce-grows-with-width",
         "09-bigger-batch-smaller-share",
         "09-modelled-pcie-dominates-first",

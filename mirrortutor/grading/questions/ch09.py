@@ -65,7 +65,7 @@ def mean_wait_ms() -> float:
     return (REPLICAS - 1) / REPLICAS * DELAY_MS
 
 
-@question("q9.2", "09_is_it_effective",
+@question("q9.2", "09b_communication_and_stragglers",
           "predict the milliseconds per step an average replica waits for the others, 4 replicas "
           "with replica 1 slowed by 50 ms",
           right=f"{mean_wait_ms():g} ms: the 3 other replicas each wait about 50 ms, replica 1 "
@@ -86,7 +86,7 @@ def _q9_2(answer):
 WAIT_RANGE = (0.5, 3.0)  # q9.3: measured waiting / predicted, accepted (a busy machine adds time)
 
 
-@question("q9.3", "09_is_it_effective",
+@question("q9.3", "09b_communication_and_stragglers",
           "write a custom training step (strategy.run inside tf.function) on 4 replicas whose "
           "replica 1 holds its gradients 50 ms (mt.straggle), run it, and hand in "
           "mt.diagnose(strategy)",
