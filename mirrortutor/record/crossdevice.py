@@ -43,8 +43,10 @@ def check_same_shapes(values: list[list]) -> None:
                 f"global batch does not divide evenly among {len(shapes)} replicas (here: {sizes} "
                 "examples). Keras 3's fit() and evaluate() reduce the FIRST batch of each call "
                 "this way, validation_data included (TensorFlowTrainer._maybe_symbolic_build), so "
-                "make that first batch (the global batch size, or the whole dataset if smaller) "
-                f"a multiple of {len(shapes)} (drop_remainder=True drops only the last, "
-                "short batch: it cannot even out a batch that never splits evenly). For "
+                "that batch must split evenly: make the global batch size a multiple of "
+                f"{len(shapes)}, and give the call at least one full global batch (a shorter "
+                "dataset is one short batch, which may not split evenly even when its size is a "
+                f"multiple of {len(shapes)}). drop_remainder=True drops only the last, short "
+                "batch: it cannot even out a batch that never splits evenly. For "
                 "strategy.reduce, axis=0 (reduce along the batch) works with uneven shards."
             )

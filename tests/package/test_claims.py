@@ -47,6 +47,7 @@ CLAIMS: dict[str, list[str]] = {
         "02-fit-fails-on-uneven-first-batch",
         "02-fit-needs-even-first-batch",
         "02-other-count-fails-after-a-collective",
+        "02-other-shape-fails-on-same-devices",
         "02-validation-needs-even-first-batch",
     ],
     "03_gradients_allreduce": [
