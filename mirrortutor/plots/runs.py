@@ -16,8 +16,9 @@ from .style import layout
 
 __all__ = ["loss_curves"]
 
-#: Line colours, in the order the runs are given.
-COLOURS = ["#222222", "#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3"]
+#: Line colours, in the order the runs are given: Okabe and Ito's palette (black, blue,
+#: vermillion, bluish green, …), told apart with any colour vision and in a 256-colour PNG.
+COLOURS = ["#222222", "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]
 
 
 def _smooth(values: np.ndarray, n: int) -> np.ndarray:
@@ -61,4 +62,8 @@ def loss_curves(runs: dict, window: int = 320) -> go.Figure:
                         legendgroup=label)
     fig.update_xaxes(title="examples seen")
     fig.update_yaxes(title=f"training loss (over ~{window} examples)")
-    return layout(fig, "Convergence at equal examples", height=420)
+    # The legend under the plot, one label a row: long labels keep the plot its full width.
+    rows = len(runs)
+    return layout(fig, "Convergence at equal examples", height=420 + 22 * rows,
+                  bottom=60 + 22 * rows,
+                  legend=dict(orientation="v", x=0, xanchor="left", y=-0.14, yanchor="top"))

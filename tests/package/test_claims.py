@@ -133,13 +133,16 @@ CLAIMS: dict[str, list[str]] = {
         "10-sync-same-as-one-device",
         "10-sync-straggler-same-numbers",
         "10-multiworker-same-as-mirrored",
-        "10-split-model-same-as-whole",
         "10-same-examples-fair-rates",
+        "10-batch-96-same-losses",
         "10-linear-scaling-costs-examples",
         "10-rpc-in-every-step",
         "10-mirrored-fastest-here",
         "10-straggler-ps-wins",
         "10-straggler-gradients-stale",
+    ],
+    "10b_model_parallelism": [
+        "10-split-model-same-as-whole",
     ],
     "09_is_it_effective": [
         "09-phases-tile-each-step",

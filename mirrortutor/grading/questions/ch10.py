@@ -6,7 +6,8 @@ N times fewer of them at equal examples. A straggler changes when a synchronous 
 what it computes, and every step waits for it: an epoch takes at least steps × delay (q10.1
 predicts it, q10.2 observes it on real replicas). q10.3 is a trade-off: three situations, per-step
 costs measured on a cluster, and the strategy each situation calls for, backed by seconds per
-epoch. q10.4 predicts what each device holds when DTensor splits a kernel, then observes it.
+epoch. q10.4 (for chapter 10's second part, 10b_model_parallelism) predicts what each device
+holds when DTensor splits a kernel, then observes it.
 q10.5 asks for TensorFlow: a custom loop under ``tf.distribute.MirroredStrategy`` whose update is
 one device's at the same global batch, whatever the number of replicas; it runs on hidden inputs
 and is judged against plain SGD on the whole global batch, computed here with numpy.
@@ -157,7 +158,7 @@ def _q10_3(seconds, choices):
 KERNEL, MESH = (128, 64), 4
 
 
-@question("q10.4", "10_which_strategy",
+@question("q10.4", "10b_model_parallelism",
           "predict, then observe, the shape each of 4 devices holds of a (128, 64) kernel split "
           "with Layout(['model', UNSHARDED]); pass (predicted, observed)",
           parts="(predicted, observed)",
