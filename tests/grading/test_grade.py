@@ -77,7 +77,7 @@ def small_batch() -> dict[str, nbformat.NotebookNode]:
         "lookup_table": small({"q7-1-answer": (
             "def staleness(reads, applies):\n"
             "    table = {(0.0, 1.0, 2.0, 3.5, 4.5, 5.5): [0, 1, 2, 2, 2, 2],\n"
-            "             (0.0, 0.0, 1.5, 2.5, 0.0, 3.5): [0, 1, 1, 1, 4, 2], (0.0,): [0]}\n"
+            "             (0.0, 0.0, 1.0, 2.0, 0.0, 3.0): [0, 1, 1, 1, 4, 2], (0.0,): [0]}\n"
             "    return table.get(tuple(reads), [0] * len(applies))")}),
         "endless_loop": small({"q7-1-answer": "while True:\n    pass"}),
         "missing_import": small({"q7-2-answer": "import horovod.tensorflow as hvd\npredicted_mean = 15 / 9"}),

@@ -98,46 +98,148 @@ def test_the_ring_bytes_rule_is_the_simulators():
 
 
 def test_the_staleness_rule_is_version_applied_minus_version_read():
-    """q7.1's reference counts staleness as chapter 07 does: updates applied in between."""
-    for reads, applies in ch07.TIMELINES:
-        read_version = [sum(1 for t in applies if t < r) for r in reads]  # updates before the read
+    """q7.1's reference counts staleness as chapter 07 does: updates applied in between, an
+    apply at the moment of a read counted before it (the read sees it), on every case."""
+    for reads, applies in [*ch07.TIMELINES, *release.hidden_inputs(key("07"))["q7.1"]]:
+        read_version = [sum(1 for t in applies if t <= r) for r in reads]  # updates the read saw
         applied_version = list(range(len(applies)))  # updates are logged in the order applied
         assert ch07.staleness_of(reads, applies) == [
             a - r for a, r in zip(applied_version, read_version)]
 
 
-def _ps_log(slow_steps: int, slow_staleness: int) -> list[dict]:
-    """60 functions as strategy.trace.functions hands them in: workers 0 and 2 share the fast
-    steps (staleness 0 or 1), worker 1 runs ``slow_steps`` of them, each ``slow_staleness`` stale."""
+@pytest.mark.parametrize("slip, words", [
+    (ch07.staleness_of, None),
+    (ch07._counting_ties, "strictly after the read"),
+    (lambda reads, applies: [w + 1 for w in ch07.staleness_of(reads, applies)],
+     "count only the others"),
+])
+def test_the_staleness_judge_states_the_tie_rule(slip, words):
+    """q7.1's public cases hold reads at the moment of another update's apply (the apply lands
+    first), so counting that apply is wrong on a case the student sees, and is told why."""
+    load_questions()
+    q = QUESTIONS["q7.1"]
+    reads, applies = ch07.TIMELINES[1]
+    assert any(r in applies for r in reads)  # a tie in a public case
+    hidden = release.hidden_inputs(key("07"))["q7.1"]
+    right, said = verdict(q, json.loads(json.dumps(q.kind.export(slip, hidden))), hidden)
+    assert right == (words is None), said
+    assert words is None or words in said
+
+
+def _ps_log(stale: list[int], slow_seconds: float = 0.15) -> list[dict]:
+    """40 functions as strategy.trace.functions hands them in: workers 0, 1, 2 in turn, each
+    ``stale[i % len(stale)]`` stale; worker 1's take ``slow_seconds``, the others' 0.01 s."""
     rows, version = [], 0
-    for i in range(60):
-        worker = 1 if i < slow_steps else (0, 2)[i % 2]
-        stale = slow_staleness if worker == 1 else i % 2
+    for i in range(40):
+        worker = i % 3
         version += 1
+        seconds = slow_seconds if worker == 1 else 0.01
         rows.append({"type": "ScheduledRecord", "schedule": i, "function": "step_fn",
-                     "worker": worker, "started": 0.0, "ended": 0.0,
-                     "version_read": version - 1 - stale, "version_written": version})
+                     "worker": worker, "started": float(i), "ended": i + seconds,
+                     "version_read": version - 1 - stale[i % len(stale)],
+                     "version_written": version})
     return rows
 
 
-def test_the_ps_loop_judge_reads_the_log_and_the_losses():
-    """q7.4: right for a log of 60 steps with worker 1 a straggler and falling losses; each slip
-    (steps missing, a loss per step missing, losses not falling, no straggler, a straggler whose
-    gradients were not the stalest) gets its own reason."""
+def test_the_bounded_staleness_judge_reads_the_log_and_the_losses():
+    """q7.4: right for a log of 40 steps, none more than 1 stale, worker 1 slow, and falling
+    losses; each slip (steps missing, a loss per step missing, losses not falling, no straggler,
+    an update 2 stale) gets its own reason."""
     load_questions()
 
     def judge(answer):
         right, line = verdict(QUESTIONS["q7.4"], answer, [])
         return None if right else line
 
-    falling = [2.0 - i / 60 for i in range(60)]
-    assert judge([_ps_log(5, 8), falling]) is None
-    assert "holds 59 finished functions" in judge([_ps_log(5, 8)[:59], falling])
-    assert "one per scheduled step" in judge([_ps_log(5, 8), falling[:30]])
-    assert "apply the gradients" in judge([_ps_log(5, 8), [1.0] * 60])
-    assert "was not slow" in judge([_ps_log(20, 8), falling])
-    assert "not the stalest" in judge([_ps_log(5, 0), falling])
+    falling = [2.0 - i / 40 for i in range(40)]
+    assert judge([_ps_log([0, 1]), falling]) is None
+    assert judge([_ps_log([0]), falling]) is None  # one at a time: 0 stale, within the limit
+    assert "holds 39 finished functions" in judge([_ps_log([0, 1])[:39], falling])
+    assert "one per scheduled step" in judge([_ps_log([0, 1]), falling[:30]])
+    assert "not below" in judge([_ps_log([0, 1]), [1.0] * 40])
+    assert "straggler was not there" in judge([_ps_log([0, 1], slow_seconds=0.01), falling])
+    said = judge([_ps_log([0, 1, 2]), falling])
+    assert "2 other updates landed while it ran" in said and "Start no new step" in said
     assert "strategy.trace.functions" in judge([[1, 2, 3], falling])
+
+
+def test_the_bounded_staleness_loop_on_a_real_cluster():
+    """q7.4's rule on TensorFlow's coordinator (3 workers, 1 ps, in process, worker 1 waiting
+    0.1 s as in the exercise): steps started two at a time, the next two only once both have
+    ended, leave no logged function more than 1 stale, and the judge says right; chapter 07's
+    loop, every step scheduled at once, leaves the straggler's updates staler, and the judge
+    says which one."""
+    from conftest import run_python
+
+    result = run_python("""
+        import json, os, warnings
+        import keras, mirrortutor as mt, tensorflow as tf
+        from mirrortutor.grading.answers import normalised, to_data
+        mt.setup(2, quiet=True)
+        warnings.simplefilter("ignore")
+        cluster = mt.LocalCluster(workers=3, ps=1, mode="in_process").start()
+        os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster.info.spec,
+                                              "task": {"type": "chief", "index": 0}})
+        strategy = mt.ParameterServerStrategy(
+            tf.distribute.cluster_resolver.TFConfigClusterResolver())
+        coordinator = mt.ClusterCoordinator(strategy)
+        digits = mt.data.load("digits")
+        with strategy.scope():
+            keras.utils.set_random_seed(1)
+            model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+            optimizer = keras.optimizers.SGD(0.1)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+        iterator = iter(coordinator.create_per_worker_dataset(lambda: tf.data.Dataset
+            .from_tensor_slices((digits.x, digits.y)).shuffle(1000).repeat().batch(32)))
+
+        @tf.function
+        def step_fn(iterator):
+            def replica_fn(batch):
+                x, y = batch
+                with tf.GradientTape() as tape:
+                    logits = mt.straggle(model(x, training=True), 0.1, worker=1)
+                    loss = tf.nn.compute_average_loss(loss_fn(y, logits))
+                grads = tape.gradient(loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+                return loss
+            return strategy.reduce("SUM", strategy.run(replica_fn, args=(next(iterator),)),
+                                   axis=None)
+
+        start = model.get_weights()
+
+        def run(loop):
+            model.set_weights(start)
+            first = strategy.trace.scheduled
+            losses = loop()
+            log = [f for f in strategy.trace.functions if f.schedule >= first]
+            return normalised(to_data([log, losses]))
+
+        def two_at_a_time():
+            losses = []
+            for _ in range(20):
+                running = [coordinator.schedule(step_fn, args=(iterator,)) for _ in range(2)]
+                losses += [float(r.fetch()) for r in running]
+            return losses
+
+        def all_at_once():
+            results = [coordinator.schedule(step_fn, args=(iterator,)) for _ in range(40)]
+            coordinator.join()
+            return [float(r.fetch()) for r in results]
+
+        print(json.dumps({"two": run(two_at_a_time), "all": run(all_at_once)}))
+        cluster.stop()
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    runs = json.loads(result.stdout.strip().splitlines()[-1])
+    load_questions()
+    for name, data in runs.items():
+        log = data[0]
+        # schedule numbers of the second run start at 40: the judge reads them as they come
+        worst = max(f["version_written"] - 1 - f["version_read"] for f in log)
+        assert (worst <= 1) == (name == "two"), (name, worst)
+        right, said = verdict(QUESTIONS["q7.4"], data, [])
+        assert right == (name == "two"), said
+        assert right or "other updates landed while it ran" in said
 
 
 def test_the_placement_rule_is_what_a_real_cluster_does():
@@ -227,11 +329,15 @@ def test_a_dataset_is_handed_in_as_its_elements():
     (lambda i, n, e, b: tf.data.Dataset.range(e).shard(n, i).batch(b, drop_remainder=True),
      "The last, shorter batch is missing"),
     (lambda i, n, e, b: tf.data.Dataset.range(e).shard(n, i).batch(b).repeat(), "never ends"),
-    (lambda i, n, e, b: list(range(int(i), e, n)), "return the tf.data.Dataset itself"),
+    (lambda i, n, e, b: tf.range(i, e, n), "return the tf.data.Dataset itself"),
+    (lambda i, n, e, b: tf.data.Dataset.range(int(i), e, n).batch(b), "worker_index is a symbolic"),
+    (lambda i, n, e, b: tf.data.Dataset.range(i.numpy(), e, n).batch(b), "no attribute 'numpy'"),
 ])
 def test_the_worker_dataset_judge_names_each_slip(slip, words):
     """q6.4 handed in as the grader gets it (exported in a kernel, a JSON round trip): the shard
-    then batch is right, each realistic slip gets its own explanation."""
+    then batch is right, each realistic slip gets its own explanation. The function is called as
+    a dataset_fn calls it, in a tf.function with the worker index symbolic, so code that reads
+    the index as a Python number (right when called eagerly) is wrong, as on a cluster."""
     from mirrortutor.grading.checks import verdict
 
     q = load_questions()["q6.4"]
@@ -241,10 +347,67 @@ def test_the_worker_dataset_judge_names_each_slip(slip, words):
     assert words is None or words in said
 
 
+def test_the_worker_dataset_check_calls_it_as_a_cluster_does():
+    """q6.4 traces the function as create_per_worker_dataset traces a dataset_fn: under
+    ParameterServerStrategy the index from experimental_get_current_worker_index() is a symbolic
+    int64 scalar in a tf.function (coordinator_context.py), so int() on it fails on a real
+    cluster as in the check (TypeError, or ValueError once autograph turns int() into a cast),
+    and Dataset.shard works in both (one worker, one ps, in process)."""
+    from conftest import run_python
+
+    result = run_python("""
+        import json, warnings
+        import mirrortutor as mt, tensorflow as tf
+        mt.setup(2, quiet=True)
+        warnings.simplefilter("ignore")
+        def shard(w, n, e, b): return tf.data.Dataset.range(e).shard(n, w).batch(b)
+        def python_int(w, n, e, b): return tf.data.Dataset.range(int(w), e, n).batch(b)
+        said = {}
+        with mt.LocalCluster(workers=1, ps=1, mode="in_process") as cluster:
+            for fn in (shard, python_int):
+                def dataset_fn():
+                    worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+                    return fn(worker, 1, 5, 2)
+                try:
+                    per_worker = cluster.coordinator.create_per_worker_dataset(dataset_fn)
+                    said[fn.__name__] = "ok"
+                except Exception as exc:
+                    said[fn.__name__] = type(exc).__name__
+        print(json.dumps(said))
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    cluster = json.loads(result.stdout.strip().splitlines()[-1])
+    assert cluster["shard"] == "ok" and cluster["python_int"] in ("TypeError", "ValueError"), cluster
+    q = load_questions()["q6.4"]
+    for fn, right in ((lambda w, n, e, b: tf.data.Dataset.range(e).shard(n, w).batch(b), True),
+                      (lambda w, n, e, b: tf.data.Dataset.range(int(w), e, n).batch(b), False)):
+        assert verdict(q, json.loads(json.dumps(q.kind.export(fn, []))), [])[0] is right
+
+
 def test_the_batch_size_trade_off_has_one_right_answer():
     """q5.2: 32 scales below 90%, 64 above: the smallest batch that reaches 90% is 64."""
     efficiency = ch05.efficiencies()
     assert efficiency[32] < ch05.TARGET <= efficiency[64] < efficiency[128]
+
+
+@pytest.mark.parametrize("priced, said", [
+    (dict(), None),
+    (dict(algorithm="reduce_to_one"), "this machine runs the ring"),
+    (dict(overlap=True), "overlap=True"),
+])
+def test_the_batch_size_judge_reads_how_the_estimates_were_priced(priced, said):
+    """q5.2 judges the choice against estimates priced as asked (ring, no overlap): estimates
+    priced with reduce_to_one (no batch reaches 90%) or with overlap (every batch does) are
+    wrong for that reason, not for a choice their own numbers would back."""
+    load_questions()
+    estimates = {b: mt.costmodel.estimate_step(25.6e6, 0.003 * b, 8, "pcie3-x16", **priced)
+                 for b in ch05.BATCHES}
+    reached = [b for b, e in estimates.items() if e.scaling_efficiency >= ch05.TARGET]
+    choice = min(reached) if reached else max(ch05.BATCHES)
+    right, line = verdict(QUESTIONS["q5.2"], answers.normalised(answers.to_data(
+        (choice, estimates))), [])
+    assert right is (said is None), line
+    assert said is None or said in line
 
 
 def test_the_schedule_recipes_warm_up_is_keras_own(devices):

@@ -2,11 +2,13 @@
 
 The rules taught: more replicas only help while the all-reduce stays small next to the compute,
 so compare the estimated speed-ups of :func:`mirrortutor.collectives.costmodel.estimate_step`,
-not the replica counts (q5.1); and a larger per-replica batch hides the all-reduce behind more
-compute, but a larger global batch needs the learning rate scaled and warmed up (Goyal et al.
+not the replica counts (q5.1); and a larger per-replica batch makes the all-reduce a smaller share
+of the step, but a larger global batch needs the learning rate scaled and warmed up (Goyal et al.
 2017) and generalises worse, so take the smallest batch that scales well enough (q5.2). Each
 answer hands over the student's own estimates (their fields, as data) and the choice; the
-verdicts quote the cost model's numbers, computed when this module is imported.
+judges check that each estimate prices the set-up asked for (the all-reduce after the compute,
+``overlap=False``; q5.2's on the ring), and the verdicts quote the cost model's numbers, computed
+when this module is imported.
 
 q5.3 asks for Keras code: a ``LearningRateSchedule`` for a stated recipe (the chapter's linear
 scaling rule and warm-up, then Goyal et al.'s step decay, which the chapter did not write). It is
@@ -44,6 +46,15 @@ def efficiencies() -> dict[int, float]:
                                        "pcie3-x16").scaling_efficiency for b in BATCHES}
 
 
+def _no_overlap(key: str, e: dict) -> None:
+    """The questions price a step whose all-reduce starts after the compute (the default)."""
+    if e.get("overlap") is not False:
+        raise Wrong(f"estimates[{key!r}] was priced with overlap={short(e.get('overlap'))}: the "
+                    "all-reduce hidden behind the compute, the best case. Price it as the "
+                    "question asks, with estimate_step's default overlap=False (compute, then "
+                    "the all-reduce).")
+
+
 def _estimates(answer, keys, what_each) -> tuple[object, dict]:
     """The (choice, estimates) pair, each estimate the data of an estimate_step result."""
     pick, estimates = two(answer, "(choice, estimates)")
@@ -68,6 +79,7 @@ def _q5_1(answer):
     choice, estimates = _estimates(answer, OPTIONS, lambda k: f"option {k}")
     for key, option in OPTIONS.items():
         e = estimates[key]
+        _no_overlap(key, e)
         got = {k: e.get(k) for k in option}
         if got != option or not close(e.get("gradient_bytes"), 4 * SCENARIO["num_parameters"]) \
                 or not close(e.get("compute_s"), SCENARIO["compute_s"]):
@@ -94,6 +106,10 @@ def _q5_2(answer):
     choice, estimates = _estimates(answer, BATCHES, lambda b: f"a per-replica batch of {b}")
     for b in BATCHES:
         e = estimates[str(b)]
+        _no_overlap(str(b), e)
+        if e.get("algorithm") != "ring":
+            return (f"estimates['{b}'] prices the all-reduce with {short(e.get('algorithm'))}; this "
+                    "machine runs the ring (estimate_step's default, algorithm=\"ring\").")
         if e.get("num_replicas") != 8 or e.get("interconnect") != "pcie3-x16" \
                 or not close(e.get("compute_s"), SECONDS_PER_EXAMPLE * b) \
                 or not close(e.get("gradient_bytes"), 4 * SCENARIO["num_parameters"]):

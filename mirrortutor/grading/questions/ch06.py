@@ -9,12 +9,15 @@ and ``max_shards`` and at most one per row (:func:`num_shards_rule`, TensorFlow'
 most about ``min_shard_bytes`` only while neither cap binds; once one does, the shards grow. Every worker pulls every weight and pushes a gradient for it through the ps,
 4 bytes per float32 each way (q6.3). A ``dataset_fn`` that shards by the worker's index gives each
 worker every n-th example from its own (:func:`worker_batches_rule`, ``Dataset.shard``; q6.4 asks
-for the TensorFlow code and runs it).
+for the TensorFlow code and runs it as a ``dataset_fn`` runs: in a ``tf.function``, the worker's
+index a symbolic tensor).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+from dataclasses import dataclass
 
 from ..checks import Function, fmt, integers, judge_number, numbers, question, short
 
@@ -130,13 +133,55 @@ def worker_batches_rule(worker: int, workers: int, examples: int, batch: int) ->
     return [mine[k:k + batch] for k in range(0, len(mine), batch)]
 
 
-def _as_in_dataset_fn(worker, workers, examples, batch):
-    """A case's arguments as a ``dataset_fn`` on a worker has them: the worker's index is the
-    scalar int64 tensor ``experimental_get_current_worker_index()`` gives. Runs in the student's
-    kernel (the check calls the function there); judges never import TensorFlow."""
+def _in_dataset_fn(fn):
+    """``fn`` called as ``create_per_worker_dataset`` calls a ``dataset_fn``: inside a
+    ``tf.function`` traced once (``PerWorkerDatasetFromDatasetFunction.__init__``,
+    tensorflow/python/distribute/coordinator/values.py), where the worker's index is a symbolic
+    scalar int64 tensor, its value given only when the function runs
+    (``experimental_get_current_worker_index``: ``capture_call_time_value(..., TensorSpec([],
+    int64))``, coordinator_context.py). Here the index is the traced function's one argument.
+    Runs in the student's kernel (the check calls the function there); judges never import
+    TensorFlow."""
     import tensorflow as tf
 
-    return tf.constant(worker, tf.int64), workers, examples, batch
+    def call(worker, workers, examples, batch):
+        traced = tf.function(lambda index: fn(index, workers, examples, batch),
+                             input_signature=[tf.TensorSpec([], tf.int64)])
+        return traced(tf.constant(worker, tf.int64))
+
+    return call
+
+
+def _traced_error(error: str) -> str:
+    """A failed call's error as the student needs it: TF's "in user code:" trace ends with the
+    error itself (its file paths change from kernel to kernel), then, when a tensor is in the
+    way, what the index is."""
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else error
+    if ": " not in last or " " in last.split(": ", 1)[0]:  # not "SomeError: ...": say which
+        last = f"{error.split(':', 1)[0]}: {last}"
+    if "Tensor" not in error:
+        return last
+    return (f"{last} (inside a dataset_fn, worker_index is a symbolic tensor: int(), .numpy() or "
+            "Python slicing cannot read it; give it to tf.data ops)")
+
+
+@dataclass(frozen=True)
+class DatasetFnFunction(Function):
+    """A function called as a ``dataset_fn`` calls it (:func:`_in_dataset_fn`), on every case."""
+
+    def export(self, fn, hidden: list) -> dict:
+        if not callable(fn):
+            return super().export(fn, hidden)
+        data = super().export(_in_dataset_fn(fn), hidden)
+        for call in data["calls"]:
+            if "error" in call:
+                call["error"] = _traced_error(call["error"])
+        try:
+            data["source"] = inspect.getsource(fn)[:20_000]
+        except (TypeError, OSError):
+            data["source"] = ""
+        return data
 
 
 WORKER_CASES = ((0, 2, 10, 3), (1, 2, 10, 3), (2, 3, 20, 4), (0, 1, 5, 2))
@@ -149,7 +194,7 @@ def _batches(items: list, batch: int) -> list:
 @question("q6.4", "06_parameter_servers",
           "write worker_dataset(worker_index, num_workers, num_examples, batch_size): the "
           "tf.data.Dataset one worker reads, sharded by worker",
-          kind=Function("worker_dataset", WORKER_CASES, build=_as_in_dataset_fn),
+          kind=DatasetFnFunction("worker_dataset", WORKER_CASES),
           right="your worker_dataset(…) gives each worker every num_workers-th example from its "
                 "own index, in batches: the workers together read every example once, and no "
                 "two read the same one.")
