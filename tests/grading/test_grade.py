@@ -58,8 +58,9 @@ MISTAKES = {  # exercise -> (student, question lost, words its reason must conta
         "10", "q10-1-answer").replace('"learning_rate": 2 * 0.2', '"learning_rate": 0.2')})),
 }
 
-#: The course's chapters that practise something (every notebook but 00_welcome): "01", "02", …
-CHAPTERS = sorted(p.name[:2] for p in (ROOT / "notebooks").glob("*.ipynb") if p.name[:2] != "00")
+#: The course's chapters that practise something (every notebook but 00_welcome): "01", "02", …;
+#: a chapter's second part (07b) shares its exercise.
+CHAPTERS = sorted({p.name[:2] for p in (ROOT / "notebooks").glob("*.ipynb")} - {"00"})
 
 
 def write(folder: Path, subs: dict[str, nbformat.NotebookNode]) -> Path:

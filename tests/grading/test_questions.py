@@ -28,7 +28,7 @@ def test_each_chapter_has_its_own_questions_module():
     """q<N>.x is registered by questions/ch<NN>.py and practises the chapter-NN notebook; every
     chapter from 01 on has one."""
     load_questions()
-    chapters = sorted(p.name[:2] for p in (ROOT / "notebooks").glob("*.ipynb") if p.name[:2] != "00")
+    chapters = sorted({p.name[:2] for p in (ROOT / "notebooks").glob("*.ipynb")} - {"00"})
     assert [m.__name__.rsplit(".", 1)[1] for m in questions.CHAPTERS] == [f"ch{n}" for n in chapters]
     for q in QUESTIONS.values():
         n = int(q.id[1:].split(".")[0])
