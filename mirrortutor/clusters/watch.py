@@ -2,7 +2,7 @@
 
 TensorFlow's ``ClusterCoordinator`` treats a dead worker as a preemption: the worker's steps go back
 in the queue and wait up to an hour (``_WORKER_MAXIMUM_RECOVERY_SEC``) for it to come back. With one
-worker of several dead that is what chapter 07 shows (the others carry on). With *every* worker
+worker of several dead that is what chapter 07b shows (the others carry on). With *every* worker
 dead, ``join()`` would wait for that hour with no word. And a dead parameter server takes the
 variables it held with it, which TensorFlow reports in raw gRPC words.
 

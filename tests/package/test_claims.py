@@ -107,6 +107,8 @@ CLAIMS: dict[str, list[str]] = {
         "07-straggler-fewest-steps",
         "07-straggler-staler",
         "07-straggler-staleness-size",
+    ],
+    "07b_sync_vs_async": [
         "07-fewer-larger-steps-cost",
         "07-scaling-rule-helps",
         "07-async-below-sync",
