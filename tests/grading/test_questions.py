@@ -470,28 +470,57 @@ def test_q10_5_reference_is_tensorflows_update_and_the_per_replica_mean_is_named
     assert "global batch" in verdict_of(wrong) and "each replica divided" in verdict_of(wrong)
 
 
-def test_the_input_pipeline_rule_is_what_tf_data_makes():
-    """q8.4: ch08.pipeline is what tf.data makes of the worker program's input pipeline (full
-    batches, the option set), read back by describe_dataset; an unset option, a short last batch
-    and a non-dataset are each named, and the rule is checked on the key's hidden cases too."""
+def _worker_input(context, num_examples, global_batch):
+    """q8.4's key: this worker's examples, in full per-replica batches."""
+    per_replica = context.get_per_replica_batch_size(global_batch)
+    return (tf.data.Dataset.range(num_examples)
+            .shard(context.num_input_pipelines, context.input_pipeline_id)
+            .batch(per_replica, drop_remainder=True))
+
+
+def test_the_worker_input_rule_is_what_tf_distribute_reads(devices):
+    """q8.4: ch08.worker_batches is what tf.data makes of the key's dataset_fn for the context of
+    every public and hidden case, read back by describe_dataset; under TensorFlow's own
+    MirroredStrategy (one worker, 2 and 4 replicas) distribute_datasets_from_function hands those
+    batches to the replicas in turn, one each per step, as the question says."""
+    hidden = [tuple(c) for c in release.hidden_inputs(key("08"))["q8.4"]]
+    for case in [*ch08.WORKER_CASES, *hidden]:
+        got = ch08.describe_dataset(_worker_input(*ch08.input_context(*case)))
+        assert got == ch08.worker_batches(*case), case
+    for replicas, n, g in ((2, 16, 8), (4, 40, 16)):
+        strategy = tf.distribute.MirroredStrategy(devices[:replicas])
+        dist = strategy.distribute_datasets_from_function(lambda c: _worker_input(c, n, g))
+        steps = [[t.numpy().tolist() for t in strategy.experimental_local_results(b)] for b in dist]
+        batches = ch08.worker_batches(1, 0, replicas, n, g)["batches"]
+        assert steps == [batches[s * replicas:(s + 1) * replicas]
+                         for s in range(len(batches) // replicas)], (replicas, steps)
+
+
+def test_the_worker_input_judge_names_each_likely_mistake():
+    """q8.4 accepts the key and names each slip: batches of the global batch, of the global batch
+    over the workers (R > 1), no shard, a shard by replicas, a short last batch, a non-dataset."""
     from mirrortutor.grading.checks import verdict
 
-    def right(n, g, policy):
-        dataset = tf.data.Dataset.range(n).batch(g, drop_remainder=True)
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = \
-            tf.data.experimental.AutoShardPolicy[policy]
-        return dataset.with_options(options)
-
-    hidden = [[7, 8, "DATA"], [33, 11, "OFF"], [100, 25, "FILE"], [12, 5, "AUTO"]]
-    for case in [*ch08.PIPELINE_CASES, *hidden]:
-        assert ch08.describe_dataset(right(*case)) == ch08.pipeline(*case), case
     load_questions()
     q = QUESTIONS["q8.4"]
-    assert verdict(q, q.kind.export(right, hidden), hidden)[0]
-    unset = lambda n, g, p: tf.data.Dataset.range(n).batch(g, drop_remainder=True)  # noqa: E731
-    short = lambda n, g, p: right(n, g, p).unbatch().batch(g)  # noqa: E731
-    for wrong, words in ((unset, "never set"), (short, "drop_remainder"),
-                         (lambda n, g, p: list(range(n)), "tf.data.Dataset itself")):
+    hidden = release.hidden_inputs(key("08"))["q8.4"]
+    assert verdict(q, q.kind.export(_worker_input, hidden), hidden)[0]
+
+    def shard(c, n):
+        return tf.data.Dataset.range(n).shard(c.num_input_pipelines, c.input_pipeline_id)
+
+    slips = {
+        "the global batch": lambda c, n, g: shard(c, n).batch(g, drop_remainder=True),
+        "divided by the workers": lambda c, n, g: shard(c, n).batch(
+            g // c.num_input_pipelines, drop_remainder=True),
+        "read the same examples": lambda c, n, g: tf.data.Dataset.range(n).batch(
+            c.get_per_replica_batch_size(g), drop_remainder=True),
+        "sharded by num_replicas_in_sync": lambda c, n, g: tf.data.Dataset.range(n).shard(
+            c.num_replicas_in_sync, c.input_pipeline_id).batch(
+            c.get_per_replica_batch_size(g), drop_remainder=True),
+        "drop_remainder": lambda c, n, g: shard(c, n).batch(c.get_per_replica_batch_size(g)),
+        "tf.data.Dataset itself": lambda c, n, g: list(range(n)),
+    }
+    for words, wrong in slips.items():
         ok, said = verdict(q, q.kind.export(wrong, hidden), hidden)
-        assert not ok and words in said, said
+        assert not ok and words in said, (words, said)
