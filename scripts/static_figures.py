@@ -9,8 +9,8 @@ GitHub, nbviewer and nbconvert know no renderer for that mimetype and show nothi
 the file sees the PNG, JupyterLab still picks the interactive figure, and nbval never compares
 either (it skips image mimetypes, and cannot compare plotly's JSON as text).
 
-The still is drawn :data:`WIDTH` pixels wide unless the figure sets its own width: the course's
-footnotes are wrapped for a notebook's width, and plotly's default 700 px cut their ends off. An
+The still is drawn at least :data:`WIDTH` pixels wide: the course's footnotes are wrapped for a
+notebook's width, and plotly's default 700 px (or a figure's own narrower width) cut their ends off. An
 animated figure shows the frame its ``layout.meta.still_frame`` names (the all-reduce animations
 name the step where the reduction is complete), else its last: the first is only the start.
 
@@ -32,7 +32,7 @@ import nbformat
 
 PLOTLY = "application/vnd.plotly.v1+json"
 PNG = "image/png"
-WIDTH = 860  # px, for a figure that sets none (plotly's own default, 700, clips footnotes)
+WIDTH = 860  # px at least (plotly's own default, 700, and narrower figures clip footnotes)
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -84,13 +84,13 @@ class Painter:
         return self
 
     def png(self, figure: dict) -> bytes:
-        """The figure's :func:`still` as plotly.js draws it, :data:`WIDTH` wide unless its layout
-        says otherwise (height: the layout's, or plotly's default 450), stored with a palette of
+        """The figure's :func:`still` as plotly.js draws it, at least :data:`WIDTH` wide (height:
+        the layout's, or plotly's default 450), stored with a palette of
         256 colours: a quarter of the bytes, no visible change on plotly's flat colours."""
         from PIL import Image
 
         drawn = still(figure)
-        size = {"width": drawn["layout"].get("width") or WIDTH}
+        size = {"width": max(drawn["layout"].get("width") or 0, WIDTH)}
         url = self._page.evaluate(
             "([fig, size]) => Plotly.toImage(fig, {format: 'png', ...size})", [drawn, size])
         drawn = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")

@@ -1,6 +1,6 @@
 """Chapter 08 · Multi-worker: who gets which examples, and what a shard policy really does.
 
-Every question runs chapter 08's worker program (``programs/08_worker.py``, plain TensorFlow)
+q8.1–q8.3 run chapter 08's worker program (``programs/08_worker.py``, plain TensorFlow)
 unchanged in 3 worker processes, ``cluster.run_program(...)``; TensorFlow's
 ``MultiWorkerMirroredStrategy`` gives a worker without GPUs one replica, so
 ``replica_id_in_sync_group`` is the worker's index. The rules taught, on a global batch of 40 that
@@ -15,9 +15,13 @@ unchanged in 3 worker processes, ``cluster.run_program(...)``; TensorFlow's
   on 0–12: 40 examples, 14 of them distinct (:func:`off_distinct`, q8.3).
 
 tests/grading/test_questions.py checks both rules against TensorFlow's own input pipeline.
-q8.4 asks for the TensorFlow itself: the input pipeline of chapter 08's worker program, global
-batches with ``tf.data.Options().experimental_distribute.auto_shard_policy`` set, run on hidden
-inputs.
+q8.4 asks for TensorFlow the chapter did not write: the other way in,
+``strategy.distribute_datasets_from_function(dataset_fn)``, which neither shards nor batches what
+``dataset_fn`` returns (``Strategy.distribute_datasets_from_function``, distribute_lib.py). The
+student's ``worker_input(input_context, ...)`` keeps this worker's examples
+(``shard(num_input_pipelines, input_pipeline_id)``) in full batches of the per-replica size
+(``input_context.get_per_replica_batch_size``, :func:`worker_batches`); the check calls it with the
+``tf.distribute.InputContext`` each worker of a cluster gets, on hidden cases too.
 """
 
 from __future__ import annotations
@@ -151,23 +155,34 @@ def _q8_3(answer):
         said="you counted {value}. {hint}")
 
 
-# ---- q8.4: the input pipeline, in TensorFlow ---------------------------------------------------
+# ---- q8.4: each worker reads only its own examples, in TensorFlow -----------------------------
 MAX_BATCHES = 50  # batches of one dataset handed over as data
 
 
 def describe_dataset(dataset) -> dict:
-    """A ``tf.data.Dataset`` as data, in the student's kernel: its auto-shard policy, its static
-    batch size and its batches' element numbers (the judge never sees TensorFlow)."""
+    """A ``tf.data.Dataset`` as data, in the student's kernel: its static batch size and its
+    batches' element numbers (the judge never sees TensorFlow)."""
     import numpy as np
     import tensorflow as tf
 
     if not isinstance(dataset, tf.data.Dataset):
         return {"type": type(dataset).__name__}
-    policy = dataset.options().experimental_distribute.auto_shard_policy
     shape = getattr(dataset.element_spec, "shape", None)
-    return {"type": "Dataset", "policy": getattr(policy, "name", str(policy)),
+    return {"type": "Dataset",
             "batch_dim": None if shape is None or shape.rank in (None, 0) else shape[0],
             "batches": [np.asarray(b).tolist() for b in dataset.take(MAX_BATCHES)]}
+
+
+def input_context(workers: int, worker: int, replicas_per_worker: int, *rest) -> tuple:
+    """A case ``[workers, worker, replicas_per_worker, num_examples, global_batch_size]`` as the
+    call's arguments: the ``tf.distribute.InputContext`` that ``MultiWorkerMirroredStrategy``
+    gives ``dataset_fn`` on that worker (``CollectiveAllReduceExtended._make_input_context``,
+    collective_all_reduce_strategy.py), then the two numbers. Runs in the student's kernel."""
+    import tensorflow as tf
+
+    context = tf.distribute.InputContext(num_input_pipelines=workers, input_pipeline_id=worker,
+                                         num_replicas_in_sync=workers * replicas_per_worker)
+    return (context, *rest)
 
 
 @dataclass(frozen=True)
@@ -182,50 +197,85 @@ class DatasetFunction(Function):
         return super().export(fn, hidden)
 
 
-def pipeline(num_examples: int, global_batch_size: int, policy: str) -> dict:
-    """What ``input_pipeline`` should make, described as :func:`describe_dataset` does."""
-    full = num_examples // global_batch_size
-    return {"type": "Dataset", "policy": policy, "batch_dim": global_batch_size,
-            "batches": [list(range(b * global_batch_size, (b + 1) * global_batch_size))
-                        for b in range(min(full, MAX_BATCHES))]}
+def worker_examples(workers: int, worker: int, num_examples: int) -> list[int]:
+    """The example numbers worker ``worker`` reads: every ``workers``-th from its own index
+    (``Dataset.shard(workers, worker)``)."""
+    return list(range(worker, num_examples, workers))
 
 
-PIPELINE_CASES = ((64, 16, "DATA"), (50, 16, "OFF"), (40, 8, "FILE"))
+def worker_batches(workers: int, worker: int, replicas_per_worker: int, num_examples: int,
+                   global_batch_size: int) -> dict:
+    """What ``worker_input`` should make on that worker, described as :func:`describe_dataset`
+    does: its examples in full batches of the per-replica size, global batch / (workers ×
+    replicas per worker), since each of its replicas takes one batch per step."""
+    per_replica = global_batch_size // (workers * replicas_per_worker)
+    ids = worker_examples(workers, worker, num_examples)
+    return {"type": "Dataset", "batch_dim": per_replica,
+            "batches": [ids[b * per_replica:(b + 1) * per_replica]
+                        for b in range(min(len(ids) // per_replica, MAX_BATCHES))]}
+
+
+# [workers, worker, replicas per worker, num_examples, global_batch_size]
+WORKER_CASES = ((3, 1, 1, 100, 12), (2, 0, 2, 64, 16), (4, 3, 1, 40, 8))
 
 
 @question("q8.4", "08_multi_worker",
-          "write input_pipeline(num_examples, global_batch_size, policy): tf.data global batches "
-          "of the example numbers, full batches only, with auto_shard_policy set to policy",
-          right="your input_pipeline makes the program's global batches (every one full, so each "
-                "step splits the same way over every worker) and tells "
-                "experimental_distribute_dataset how to shard them, through "
-                "tf.data.Options().experimental_distribute.auto_shard_policy.",
-          kind=DatasetFunction("input_pipeline", PIPELINE_CASES))
+          "write worker_input(input_context, num_examples, global_batch_size): the dataset_fn "
+          "of strategy.distribute_datasets_from_function, this worker's examples only, in "
+          "per-replica batches",
+          right="your worker_input reads only this worker's examples (shard by the input "
+                "context's num_input_pipelines and input_pipeline_id) and batches them by "
+                "input_context.get_per_replica_batch_size(global_batch_size): each replica takes "
+                "one batch per step, so a step trains on the global batch, and no two workers "
+                "read the same example.",
+          kind=DatasetFunction("worker_input", WORKER_CASES, build=input_context))
 def _q8_4(calls):
-    for (n, g, policy), got in calls:
-        want = pipeline(n, g, policy)
+    for case, got in calls:
+        workers, worker, replicas, n, g = case
+        want = worker_batches(*case)
         if got == want:
             continue
-        shown = f"input_pipeline({n}, {g}, {policy!r})"
+        shown = (f"on worker {worker} of {workers} ({replicas} replica(s) each), "
+                 f"worker_input(input_context, {n}, {g})")
         if not isinstance(got, dict) or got.get("type") != "Dataset":
             return (f"{shown} returned {short(got)}; return the tf.data.Dataset itself "
-                    "(tf.data.Dataset.range(num_examples).batch(...), with its options).")
-        if got.get("policy") != policy:
-            unset = got.get("policy") == "AUTO"
-            return (f"{shown} has auto_shard_policy {got.get('policy')}, not {policy}" +
-                    (": the option was never set. Make a tf.data.Options(), set "
-                     "options.experimental_distribute.auto_shard_policy = "
-                     "tf.data.experimental.AutoShardPolicy[policy], and return "
-                     "dataset.with_options(options)." if unset else "."))
-        batches = got.get("batches")
-        if isinstance(batches, list) and batches and batches[:len(want["batches"])] == \
-                want["batches"] and len(batches) > len(want["batches"]):
+                    "(tf.data.Dataset.range(num_examples), sharded, then batched).")
+        batches = got.get("batches") if isinstance(got.get("batches"), list) else []
+        sizes = {len(b) for b in batches[:-1] if isinstance(b, list)}
+        size = sizes.pop() if len(sizes) == 1 else None
+        first = batches[0] if batches and isinstance(batches[0], list) else []
+        per_replica = want["batch_dim"]
+        if size == g and g != per_replica:
+            return (f"{shown} gave batches of {g}, the global batch. distribute_datasets_from_"
+                    f"function neither cuts nor shards what dataset_fn returns: each of the "
+                    f"{workers * replicas} replicas would take a batch of {g}, and a step would "
+                    f"train on {workers * replicas * g} examples. Batch by "
+                    f"input_context.get_per_replica_batch_size(global_batch_size) = {per_replica}.")
+        if size == g // workers and replicas > 1:
+            return (f"{shown} gave batches of {g // workers}, the global batch divided by the "
+                    f"workers; but each worker has {replicas} replicas and each takes one batch "
+                    f"per step. Batch by input_context.get_per_replica_batch_size("
+                    f"global_batch_size) = {per_replica} (the global batch over "
+                    "num_replicas_in_sync).")
+        if workers > 1 and (first[:2] == [0, 1] or (worker > 0 and first[:1] == [0])):
+            return (f"{shown} starts at example {first[0]}: every worker would read the same "
+                    "examples (as OFF did in q8.3). Keep this worker's own: dataset.shard("
+                    "input_context.num_input_pipelines, input_context.input_pipeline_id).")
+        if first[:2] == [worker, worker + workers * replicas] and replicas > 1:
+            return (f"{shown} takes every {workers * replicas}th example: you sharded by "
+                    f"num_replicas_in_sync. A worker's {replicas} replicas share its one input "
+                    "pipeline: shard by input_context.num_input_pipelines (the workers) and "
+                    "input_pipeline_id.")
+        full = want["batches"]
+        if batches[:len(full)] == full and len(batches) > len(full):
             return (f"{shown} ends with a short batch {short(batches[-1])}: pass "
-                    "drop_remainder=True to batch(), so that every step is a full global batch.")
+                    "drop_remainder=True to batch(), so that every replica's batch is full and "
+                    "every step trains on the global batch.")
         if batches != want["batches"]:
-            return (f"{shown} gave the batches {short(batches)}; expected {short(want['batches'])}: "
-                    f"the numbers 0 to {n - 1}, in order, in batches of {g}.")
-        if got.get("batch_dim") != g:
+            return (f"{shown} gave the batches {short(batches)}; expected "
+                    f"{short(want['batches'])}: examples {worker}, {worker + workers}, "
+                    f"{worker + 2 * workers}, … in full batches of {per_replica}.")
+        if got.get("batch_dim") != per_replica:
             return (f"{shown} has the right batches, but its batch dimension is unknown to "
                     "TensorFlow (None): batch with drop_remainder=True.")
     return None
