@@ -71,7 +71,7 @@ def front_page(readme: str, exercises: set[str]) -> str:
     table = readme.split("## The course", 1)[1].split("\n\n")[1]
     rows = []
     for line in table.splitlines():
-        name = re.match(r"\| `(\d\d_\w+)` \|", line)
+        name = re.match(r"\| `(\d\db?_\w+)` \|", line)  # 10b_…: a chapter's second part
         if name:
             stem = name.group(1)
             task = f"[exercise](exercises/{stem}.ipynb)" if stem in exercises else ""

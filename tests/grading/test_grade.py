@@ -59,7 +59,8 @@ MISTAKES = {  # exercise -> (student, question lost, words its reason must conta
 }
 
 #: The course's chapters that practise something (every notebook but 00_welcome): "01", "02", …
-CHAPTERS = sorted(p.name[:2] for p in (ROOT / "notebooks").glob("*.ipynb") if p.name[:2] != "00")
+#: (a chapter's lettered second part, 10b_…, shares its exercise)
+CHAPTERS = sorted({p.name[:2] for p in (ROOT / "notebooks").glob("*.ipynb")} - {"00"})
 
 
 def write(folder: Path, subs: dict[str, nbformat.NotebookNode]) -> Path:
