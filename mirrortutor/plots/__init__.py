@@ -5,7 +5,7 @@ One module per part of the course:
 
 - :mod:`.trace`: what an instrumented strategy recorded (chapters 01-03). Its figures are
   re-exported here, so ``mt.plots.shard_map(strategy.trace)`` works;
-- :mod:`.allreduce`: all-reduce schedules animated, modelled and measured (chapter 04,
+- :mod:`.allreduce`: all-reduce schedules animated, modelled and measured (chapters 04 and 04b,
   ``mt.allreduce_plots``);
 - :mod:`.scaling`: scaling runs compared (chapter 05, drawn by ``mt.widgets``);
 - :mod:`.ps`: parameter-server training, staleness and convergence (chapters 06-07,

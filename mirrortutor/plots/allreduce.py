@@ -1,4 +1,4 @@
-"""Pictures for chapter 04: all-reduce schedules animated, and their cost modelled or measured.
+"""Pictures for chapters 04 and 04b: all-reduce schedules animated, and their cost modelled or measured.
 
 Every function returns a ``plotly.graph_objects.Figure`` (offline, the same JSON every run).
 Modelled charts say which preset and source they assume; measured ones say they were measured on

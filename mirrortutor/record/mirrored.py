@@ -54,7 +54,7 @@ class MirroredStrategy(RecordingStrategy, tf.distribute.MirroredStrategy):
                 f"TensorFlow's HierarchicalCopyAllReduce adds up two groups of "
                 f"{self.num_replicas_in_sync // 2} replicas, so with an odd number of replicas "
                 f"({self.num_replicas_in_sync}) the last replica's values are left out and every "
-                "sum is wrong (seen in TF 2.21; chapter 04 shows it). Use an even number of "
+                "sum is wrong (seen in TF 2.21; chapter 04b shows it). Use an even number of "
                 "replicas, or another cross_device_ops.", cause="HierarchicalCopyAllReduce, odd")
         # the host CPU that feeds the replicas: where the step counter and callbacks live
         recorder.attach(host_device(extended))

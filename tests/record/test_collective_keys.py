@@ -91,7 +91,7 @@ def test_measuring_leaves_the_students_key_base_alone():
     assert base != 0
     plain_mirrored_strategy(devices[:2])
     assert tf.distribute.MirroredStrategy._collective_key_base == base
-    # chapter 04 measures 2, 4 and 8 replicas after its own strategies: every count runs
+    # chapter 04b measures 2, 4 and 8 replicas after its own strategies: every count runs
     timings = mt.measure.time_allreduce(devices, implementations=("default",), replicas=(2, 4, 3),
                                         sizes=(4096,), repeats=1, warmup=0)
     assert sorted(r.replicas for r in timings.rows) == [2, 3, 4] and not timings.unavailable
