@@ -31,7 +31,7 @@ from ..checks import Function, Wrong, close, disagreements, judge_number, number
 
 # (read times, apply times) of every update, in the order the ps applied them.
 TIMELINES = (
-    ([0.0, 1.0, 2.0, 3.5, 4.5, 5.5], [3.0, 4.0, 5.0, 6.5, 7.5, 8.5]),  # 3 workers, always busy
+    ([0.0, 1.0, 2.0, 3.5, 4.5, 5.5], [3.0, 4.0, 5.0, 6.5, 7.5, 8.5]),  # 3 workers, 0.5 s idle after each update
     ([0.0, 0.0, 1.0, 2.0, 0.0, 3.0], [1.0, 2.0, 3.0, 4.0, 4.5, 5.0]),  # update 4: a straggler;
     # updates 2, 3 and 5 read at the moment their worker's last update landed (it counts before)
     ([0.0], [1.0]),                                                     # one worker, one update
