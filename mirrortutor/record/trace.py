@@ -165,7 +165,9 @@ class Trace:
         return found
 
     def gradient_scale(self, reference, step: int = 0) -> float:
-        """How many times larger the applied gradient is than ``reference``.
+        """How many times larger the applied gradient is than ``reference``: the ratio of their
+        norms, every value flattened into one vector. It measures size, not direction (two
+        different gradients of equal norm give 1.0): compare element by element to show equality.
 
         ``reference``: the gradients of the mean loss over the same *global* batch, computed on
         one device (a list of arrays, in the variables' order). A correct loop gives 1.0. A loss
