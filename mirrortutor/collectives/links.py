@@ -59,7 +59,7 @@ MEASURED = {
                   "28 GB/s (NVIDIA/nccl issue #1639, 2025; NCCL's maintainer: on PCI systems the "
                   "CPU's memory system sets the limit)"),
     "nvlink3-a100": (200e9, "8 x A100-SXM4-80GB over NVLink 3, all_reduce_perf up to 1 GB: busbw "
-                     "~200 GB/s (NVIDIA/nccl-tests issue #149, 2023; ~208 GB/s in #178)"),
+                     "~200 GB/s (NVIDIA/nccl-tests issue #149, 2023)"),
     "nvlink4-h100": (370e9, "8 x H100 over NVLink 4 with the ring algorithm: ~370 GB/s effective "
                      "after ~20% protocol overhead (NCCL's maintainer, NVIDIA/nccl-tests issue "
                      "#212, 2024)"),
