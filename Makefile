@@ -43,9 +43,11 @@ lab: $(KERNEL)
 
 # The exercise keys in exercises/ run in tests/grading, once each: graded as a submission, compared
 # cell by cell with their stored outputs (the same comparison an nbval pass over exercises/ made).
+# Every test's time goes to artifacts/test-times.xml (JUnit XML, git-ignored): where the run's
+# minutes went, for keeping `make test` inside its budget.
 test: $(KERNEL)
 	@bash scripts/ensure_chromium.sh
-	$(BIN)/python -m pytest -q --durations=25 tests notebooks $(NBVAL)
+	$(BIN)/python -m pytest -q --durations=25 --junitxml=artifacts/test-times.xml tests notebooks $(NBVAL)
 
 # The TensorFlow-free tests only (numpy core, layout rules): seconds, for quick iterations.
 test-fast: $(KERNEL)
