@@ -118,6 +118,7 @@ CLAIMS: dict[str, list[str]] = {
         "07-async-below-sync",
         "07-straggler-costs-sync-more",
         "07-kill-each-step-once",
+        "07-restarted-worker-rejoins",
     ],
     "08_multi_worker": [
         "08-data-sharding",
