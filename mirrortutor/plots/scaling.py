@@ -26,7 +26,7 @@ from plotly.subplots import make_subplots
 
 from ..collectives import costmodel
 from ..collectives.compute import gpu
-from .style import TEMPLATE, colour, measured_here
+from .style import TEMPLATE, colour, layout, measured_here, wrap
 
 Run = Mapping[str, object]
 
@@ -37,12 +37,16 @@ STEP_PARTS = (("whole fit step", "#444444", "step_s"),
               ("all-reduce, timed alone", "#EF553B", "allreduce_s"),
               ("input, timed alone", "#00CC96", "input_s"))
 
+#: Characters per line of a chart's small print: 550 px less the margins, at the footnote's size.
+NOTE_CHARS = 80
+#: Both charts' legend: one row over the plot, so the plot keeps the chart's width.
+LEGEND = dict(orientation="h", x=0, y=1.02, yanchor="bottom")
 
-def _caption(text: str) -> dict:
-    """The small print under a chart of the panel (these charts are 550 px wide and sit side by
-    side, so the caption hangs below the axis at a fixed fraction of the plot height)."""
-    return dict(text=text, xref="paper", yref="paper", x=0, y=-0.42, showarrow=False,
-                font=dict(size=10), align="left")
+
+def _note(*parts: str) -> str:
+    """The small print under a chart, each part on its own lines, wrapped for the 550 px these
+    charts are drawn at: :func:`~.style.layout` puts it under the x-axis and makes room for it."""
+    return "<br>".join(wrap(part, NOTE_CHARS) for part in parts)
 
 
 def _kind(runs: Sequence[Run]) -> str:
@@ -90,11 +94,12 @@ def time_chart(rows: Sequence[Run]) -> go.Figure:
     for part, part_colour, key in STEP_PARTS:
         fig.add_trace(go.Bar(name=part, x=labels, y=[1e3 * row[key] for row in rows],
                              marker_color=part_colour))
-    fig.update_layout(title="A step and its parts, each timed alone", barmode="group",
-                      height=400, width=550, template=TEMPLATE, margin=dict(b=130),
-                      yaxis=dict(title="milliseconds"),
-                      annotations=[_caption(measured_here(_kind(rows)))])
-    return fig
+    # a label's ", " parts on lines of their own: upright ticks, so the note below clears them
+    ticks = [str(label).replace(", ", "<br>") for label in labels]
+    fig.update_xaxes(tickvals=labels, ticktext=ticks, tickangle=0)
+    return layout(fig, "A step and its parts, each timed alone", _note(measured_here(_kind(rows))),
+                  height=400, bottom=60, top=110, width=550, barmode="group", legend=LEGEND,
+                  yaxis=dict(title="milliseconds"))
 
 
 def modelled_throughput(run: Run, interconnect: str = "nvlink3-a100",
@@ -124,15 +129,13 @@ def scaling_chart(runs: Sequence[Run], interconnect: str = "nvlink3-a100",
                              mode="markers+lines", line=dict(dash="dash"),
                              name=f"modelled: GPUs over {interconnect}"))
     overhead = gpu(gpu_name).overhead_s * 1e6
-    fig.update_layout(
-        title="Throughput (examples/s) by replicas", height=400, width=550, template=TEMPLATE,
-        margin=dict(b=130), yaxis=dict(type="log", title="examples / s"),
-        xaxis=dict(title="replicas", dtick=1),
-        annotations=[_caption(measured_here(_kind(runs)) + "<br>modelled: each GPU computes its "
-                              f"shard in the time the {gpu_name} model gives (an assumed "
-                              f"{overhead:.0f} µs per step<br>plus its FLOPs), then the α–β "
-                              f"all-reduce over {interconnect} (no overlap)")])
-    return fig
+    note = _note(measured_here(_kind(runs)),
+                 f"modelled: each GPU computes its shard in the time the {gpu_name} model gives "
+                 f"(an assumed {overhead:.0f} µs per step plus its FLOPs), then the α–β "
+                 f"all-reduce over {interconnect} (no overlap)")
+    return layout(fig, "Throughput (examples/s) by replicas", note, height=400, top=90, bottom=60,
+                  width=550, legend=LEGEND, yaxis=dict(type="log", title="examples / s"),
+                  xaxis=dict(title="replicas", dtick=1))
 
 
 __all__ = ["STEP_PARTS", "loss_chart", "modelled_throughput", "scaling_chart", "time_chart"]

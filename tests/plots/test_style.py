@@ -52,6 +52,24 @@ def test_measured_time_charts_carry_the_measured_here_caption():
         run = dict(label="1 replica(s)", device_kind=kind, replicas=1, per_replica_batch=16,
                    global_batch=16, step_s=0.02, parameters=4810, compute_s=0.01,
                    allreduce_s=0.0, input_s=0.001)
-        assert scaling.time_chart([run]).layout.annotations[0].text == measured_here(kind)
-        caption = scaling.scaling_chart([run], "pcie4-x16").layout.annotations[0].text
-        assert caption.startswith(measured_here(kind) + "<br>modelled") and "pcie4-x16" in caption
+        unwrapped = lambda fig: " ".join(fig.layout.annotations[0].text.split("<br>"))  # noqa: E731
+        assert unwrapped(scaling.time_chart([run])) == measured_here(kind)
+        caption = unwrapped(scaling.scaling_chart([run], "pcie4-x16"))
+        assert caption.startswith(measured_here(kind) + " modelled") and "pcie4-x16" in caption
+
+
+def test_scaling_charts_fit_their_small_print_in_550_px():
+    """The captions of chapter 05's two charts are wrapped for 550 px, under the x-axis (the
+    house footnote), with the legend over the plot: nothing overlaps the axis title or ticks."""
+    from mirrortutor.plots import scaling
+
+    run = dict(label="8 replica(s), batch 128, fixed", replicas=8, per_replica_batch=16,
+               global_batch=128, step_s=0.02, parameters=4810, compute_s=0.01, allreduce_s=0.0,
+               input_s=0.001)
+    for fig in (scaling.time_chart([run]), scaling.scaling_chart([run], "nvlink3-a100")):
+        (note,) = fig.layout.annotations
+        assert fig.layout.width == 550 and note.yanchor == "top" and note.yshift < 0
+        assert all(len(line) <= scaling.NOTE_CHARS for line in note.text.split("<br>"))
+        assert fig.layout.legend.orientation == "h" and fig.layout.legend.y > 1
+    ticks = scaling.time_chart([run]).layout.xaxis.ticktext
+    assert ticks == ("8 replica(s)<br>batch 128<br>fixed",)
