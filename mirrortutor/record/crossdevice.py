@@ -41,7 +41,7 @@ def check_same_shapes(values: list[list]) -> None:
                 f"The replicas' values have different shapes ({', '.join(str(s) for s in shapes)}), "
                 f"so they cannot be added up element by element (axis=None). This happens when a "
                 f"global batch does not divide evenly among {len(shapes)} replicas (here: {sizes} "
-                "examples). Keras 3's fit() and evaluate() reduce the FIRST batch of each call "
+                "examples). Keras 3.15's fit() and evaluate() reduce the FIRST batch of each call "
                 "this way, validation_data included (TensorFlowTrainer._maybe_symbolic_build), so "
                 "that batch must split evenly: make the global batch size a multiple of "
                 f"{len(shapes)}, and give the call at least one full global batch (a shorter "
