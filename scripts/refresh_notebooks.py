@@ -15,6 +15,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
 from static_figures import Painter, add_images
 
@@ -31,6 +32,10 @@ def without_checkout(text: str, root: Path = ROOT) -> str:
 
 def clean(nb: nbformat.NotebookNode) -> None:
     nb.metadata.pop("widgets", None)  # widget state: large, and nbval never compares it
+    # A print flushed in two pieces is stored as two stream outputs, and GitHub shows the second
+    # (often a lone newline) as an empty output. nbval merges them before comparing, so merging
+    # them here changes nothing it checks.
+    CoalesceStreamsPreprocessor().preprocess(nb, {})
     for cell in nb.cells:
         cell.metadata.pop("execution", None)  # timestamps; execution counts stay (nbval needs them)
         for output in cell.get("outputs", []):

@@ -101,10 +101,15 @@ WIDGET_REPR = re.compile(r"^\s*[A-Z]\w*\((children|value|layout|description|opti
 
 
 def unreadable_outputs(nb) -> list[str]:
-    """Every stored output a static page would show as a frozen bar or a widget's repr."""
+    """Every stored output a static page would show as a frozen bar, a widget's repr, or a print
+    split across two stream outputs (a flushed newline: GitHub shows it as an empty output)."""
     found = []
     for i, cell in enumerate(nb.cells):
-        for out in cell.get("outputs", []):
+        outputs = cell.get("outputs", [])
+        for a, b in zip(outputs, outputs[1:]):
+            if a.output_type == b.output_type == "stream" and a.name == b.name:
+                found.append(f"cell {i}: one {a.name} stream stored as two outputs")
+        for out in outputs:
             text = out.get("text", "") + "".join(out.get("data", {}).get("text/plain", ""))
             for line in text.splitlines():
                 if FROZEN_BAR.search(line) or WIDGET_REPR.search(line):
@@ -113,13 +118,17 @@ def unreadable_outputs(nb) -> list[str]:
 
 
 def test_the_unreadable_output_check_finds_what_it_is_for():
-    """The check below fails on tqdm's frozen first frame and on an ipywidgets repr."""
+    """The check below fails on tqdm's frozen first frame, an ipywidgets repr and a split print."""
     bar = "training 8 replica(s):   0%|          | 0/6 [00:00<?, ?epoch/s]"
     box = "VBox(children=(HBox(children=(IntSlider(value=5, description='ranks n'"
     for text in (bar, box):
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=[
             nbformat.v4.new_output("display_data", data={"text/plain": text})])])
         assert unreadable_outputs(nb), text
+    split = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text="✔ a claim"),
+        nbformat.v4.new_output("stream", name="stdout", text="\n")])])
+    assert unreadable_outputs(split)
     fine = "training 8 replica(s): progress bar, shown live while the cell runs"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=[
         nbformat.v4.new_output("display_data", data={"text/plain": fine})])])
@@ -129,6 +138,7 @@ def test_the_unreadable_output_check_finds_what_it_is_for():
 @pytest.mark.parametrize("path", NOTEBOOKS + EXERCISES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_stored_outputs_show_no_frozen_bar_and_no_widget_repr(path):
     """What GitHub or nbviewer shows of a stored output is readable: no progress bar frozen at its
-    first frame, no `VBox(children=(…` (mirrortutor.panel gives widgets a text fallback)."""
+    first frame, no `VBox(children=(…` (mirrortutor.panel gives widgets a text fallback), no
+    empty output left by a flush (refresh_notebooks coalesces streams)."""
     found = unreadable_outputs(nbformat.read(path, as_version=4))
     assert not found, f"{path.name}: re-run it (scripts/refresh_notebooks.py): {found}"
