@@ -2,24 +2,16 @@
 
 q8.1–q8.3 run chapter 08's worker program (``programs/08_worker.py``, plain TensorFlow)
 unchanged in 3 worker processes, ``cluster.run_program(...)``, on 80 examples in global batches
-of 40 with ``--shard-policy OFF``. TensorFlow's ``MultiWorkerMirroredStrategy`` gives a worker
-without GPUs one replica, so ``replica_id_in_sync_group`` is the worker's index (W = 3, R = 1).
-Chapter 08 states the ``DATA`` rule and prints it; ``OFF`` it explains in words and prints for 2
-workers at step 0 only. The rule taught (:func:`step_examples`):
+of 40 under ``--shard-policy OFF``; a worker without GPUs has one replica (W = 3, R = 1). Chapter
+08 states and prints the ``DATA`` rule; ``OFF`` it explains in words and prints for 2 workers at
+step 0 only. The rule (:func:`step_examples`; tests/grading/test_questions.py checks it on TF):
+under ``OFF`` every worker reads the same global batches from example 0, cuts each into W·R
+sub-batches with ``batch_sizes_for_worker`` (data/experimental/ops/distribute.py: as even as
+possible, the first B mod W·R one larger, worker w's list begun at position w·R), and its R
+replicas take R of them per step (``DistributedDataset._make_rebatch_fn``, input_lib.py), so with
+R = 1 a global batch lasts W steps. q8.1 predicts steps 0 and 1, q8.2 observes them and picks the
+explanation, q8.3 counts the steps until every example was trained on: 6, ``DATA``'s 2.
 
-- ``OFF`` shards nothing: every worker reads the same global batches from example 0 and cuts each
-  into W·R sub-batches with ``batch_sizes_for_worker`` (tensorflow/python/data/experimental/ops/
-  distribute.py: sizes as even as possible, the first B mod W·R one larger, worker w's list
-  started at position w·R); its R replicas take R sub-batches per step
-  (``DistributedDataset._make_rebatch_fn``, tensorflow/python/distribute/input_lib.py). With
-  R = 1 one global batch lasts W steps: worker 0 trains on 0–13 then 14–26, worker 1 on 0–12
-  then 13–25, worker 2 on 0–12 then 13–26 (q8.1 predicts steps 0 and 1, q8.2 observes them and
-  picks the explanation), and the cluster needs 6 steps, where ``DATA`` needs 2, to train once on
-  each of the 80 examples, each 3 times by then (:func:`steps_for_all`, q8.3).
-- ``DATA`` (the wrong answers' likely source): each global batch cut into W·R sub-batches of
-  ``ceil(B / (W·R))``, worker w keeping sub-batch w (R = 1).
-
-tests/grading/test_questions.py checks both rules against TensorFlow's own input pipeline.
 q8.4 asks for TensorFlow the chapter did not write: the other way in,
 ``strategy.distribute_datasets_from_function(dataset_fn)``, which neither shards nor batches what
 ``dataset_fn`` returns (``Strategy.distribute_datasets_from_function``, distribute_lib.py). The
@@ -43,38 +35,31 @@ WORKERS, GLOBAL_BATCH, EXAMPLES = 3, 40, 80
 STEPS_ASKED = 2  # q8.1 and q8.2: steps 0 and 1
 
 
-def batch_sizes(workers: int, global_batch: int, worker: int) -> list[int]:
-    """``batch_sizes_for_worker(global_batch, workers, 1, worker)``: worker 0's sizes, as even as
-    possible with the larger ones first, started at position ``worker`` (one replica each)."""
-    floor, ceil_count = divmod(global_batch, workers)
-    worker_0 = [floor + 1] * ceil_count + [floor] * (workers - ceil_count)
-    return worker_0[worker:] + worker_0[:worker]
-
-
 def step_examples(policy: str, workers: int = WORKERS, global_batch: int = GLOBAL_BATCH,
-                  num_examples: int = EXAMPLES, steps: int = STEPS_ASKED) -> list[list[list[int]]]:
+                  num_examples: int = EXAMPLES, steps: int = STEPS_ASKED,
+                  start=lambda worker: worker) -> list[list[list[int]]]:
     """The example numbers each worker's one replica trains on at steps 0, 1, …, as
-    ``[worker][step]``, when the program reads ``range(num_examples)`` in global batches
-    (``drop_remainder``, repeated): under ``DATA`` global batch ``step``'s sub-batch ``worker``
-    of ``ceil(B / W)`` examples (the last ones get what is left); under ``OFF`` the worker's own
-    cut of the same global batches, one sub-batch per step, so global batch ``step // W``,
-    sub-batch ``step % W``."""
-    batches = num_examples // global_batch
-
+    ``[worker][step]``, the program reading ``range(num_examples)`` in repeated global batches
+    (``drop_remainder``). ``DATA``: global batch ``step``'s sub-batch ``worker``, of
+    ``ceil(B / W)`` examples (the last ones get what is left). ``OFF``: sub-batch ``step % W`` of
+    global batch ``step // W``, cut in the sizes ``batch_sizes_for_worker`` gives worker 0, begun at
+    position ``start(worker)`` (TF's rule; another ``start`` makes a wrong answer's map)."""
     def batch(b: int) -> list[int]:
-        first = (b % batches) * global_batch
+        first = b % (num_examples // global_batch) * global_batch
         return list(range(first, first + global_batch))
 
+    floor, ceil_count = divmod(global_batch, workers)
+    worker_0 = [floor + 1] * ceil_count + [floor] * (workers - ceil_count)
     out = []
     for w in range(workers):
         if policy == "DATA":
             size = math.ceil(global_batch / workers)
             out.append([batch(s)[w * size:(w + 1) * size] for s in range(steps)])
             continue
-        sizes = batch_sizes(workers, global_batch, w)
-        starts = [sum(sizes[:k]) for k in range(workers)]
-        cut = [(starts[k], starts[k] + sizes[k]) for k in range(workers)]  # [begin, end) in a batch
-        out.append([batch(s // workers)[slice(*cut[s % workers])] for s in range(steps)])
+        sizes = worker_0[start(w):] + worker_0[:start(w)]
+        ends = [sum(sizes[:k + 1]) for k in range(workers)]  # of each sub-batch, in a global batch
+        out.append([batch(s // workers)[ends[s % workers] - sizes[s % workers]:ends[s % workers]]
+                    for s in range(steps)])
     return out
 
 
@@ -85,36 +70,13 @@ def spans(examples: list[list[list[int]]]) -> list[list[list[int]]]:
 
 def steps_for_all(policy: str = "OFF", workers: int = WORKERS, global_batch: int = GLOBAL_BATCH,
                   num_examples: int = EXAMPLES) -> int:
-    """How many steps the cluster takes until it has trained on every example at least once."""
-    for steps in range(1, 100):
-        seen = {i for worker in step_examples(policy, workers, global_batch, num_examples, steps)
-                for ids in worker for i in ids}
-        if len(seen) == num_examples // global_batch * global_batch:
-            return steps
-    raise ValueError("no step count trains on every example")
-
-
-def _off_map(rotate=batch_sizes, new_batch_each_step: bool = False) -> list[list[list[int]]]:
-    """OFF's ``[first, last]`` map of steps 0 and 1, or one of its tempting wrong versions."""
-    out = []
-    for w in range(WORKERS):
-        sizes = rotate(WORKERS, GLOBAL_BATCH, w)
-        if new_batch_each_step:
-            out.append([[s * GLOBAL_BATCH, s * GLOBAL_BATCH + sizes[0] - 1]
-                        for s in range(STEPS_ASKED)])
-        else:
-            out.append([[sum(sizes[:s]), sum(sizes[:s + 1]) - 1] for s in range(STEPS_ASKED)])
-    return out
-
-
-def _rotated_back(workers: int, global_batch: int, worker: int) -> list[int]:
-    """The slip: worker w's list started at position −w (rotated the other way)."""
-    return batch_sizes(workers, global_batch, (workers - worker) % workers)
-
-
-def _not_rotated(workers: int, global_batch: int, worker: int) -> list[int]:
-    """The slip: every worker cuts with worker 0's sizes."""
-    return batch_sizes(workers, global_batch, 0)
+    """How many steps the cluster takes until it has trained on every example at least once
+    (of the whole global batches: the program drops a partial last one)."""
+    steps = 1
+    while len({i for worker in step_examples(policy, workers, global_batch, num_examples, steps)
+               for ids in worker for i in ids}) < num_examples // global_batch * global_batch:
+        steps += 1
+    return steps
 
 
 def _step_map(answer, what: str) -> list[list[list[int]]]:
@@ -122,14 +84,13 @@ def _step_map(answer, what: str) -> list[list[list[int]]]:
     if not isinstance(answer, list) or len(answer) != WORKERS:
         raise Wrong(f"{what} should hold one entry per worker ({WORKERS}: a CPU worker of "
                     f"MultiWorkerMirroredStrategy has ONE replica), got {short(answer)}.")
-    out = []
     for w, steps in enumerate(answer):
         if not isinstance(steps, list) or len(steps) != STEPS_ASKED \
                 or not all(isinstance(pair, list) for pair in steps):
             raise Wrong(f"{what}[{w}] should be [[first, last] at step 0, [first, last] at step "
                         f"1] for worker {w}; got {short(steps)}.")
-        out.append([integers(pair, f"{what}[{w}][{s}]") for s, pair in enumerate(steps)])
-    return out
+    return [[integers(pair, f"{what}[{w}][{s}]") for s, pair in enumerate(steps)]
+            for w, steps in enumerate(answer)]
 
 
 @question("q8.1", "08_multi_worker",
@@ -141,51 +102,43 @@ def _step_map(answer, what: str) -> list[list[list[int]]]:
                 "its one replica takes one per step.")
 def _q8_1(answer):
     got = _step_map(answer, "your prediction")
-    want = spans(step_examples("OFF"))
-    if got == want:
+    if got == spans(step_examples("OFF")):
         return None
     if got == spans(step_examples("DATA")):
         return ("that is DATA's cut (chapter 08's rule): this job runs OFF, which shards nothing. "
                 "Every worker reads the same global batches from example 0 and cuts them with "
                 "batch_sizes_for_worker.")
-    if got == _off_map(new_batch_each_step=True):
+    if got == [[[s * GLOBAL_BATCH, s * GLOBAL_BATCH + steps[0][1]] for s in range(STEPS_ASKED)]
+               for steps in got]:  # step 1 as step 0, in the next global batch
         return ("you gave each worker a new global batch at step 1. A worker cuts each global "
                 f"batch into W·R = {WORKERS} sub-batches and its one replica takes ONE per step: "
                 "step 1 takes the next sub-batch of the same global batch.")
-    if got == _off_map(rotate=_rotated_back):
-        return ("your sub-batch sizes are rotated the wrong way: batch_sizes_for_worker STARTS "
+    if got == spans(step_examples("OFF", start=lambda w: -w % WORKERS)):
+        return ("your sub-batch sizes are rotated the wrong way: batch_sizes_for_worker BEGINS "
                 "worker w's list at position w·R of worker 0's (14, 13, 13), so worker 1's is "
                 "13, 13, 14 and worker 2's 13, 14, 13.")
-    if got == _off_map(rotate=_not_rotated):
+    if got == spans(step_examples("OFF", start=lambda w: 0)):
         return ("you cut every worker's global batch with worker 0's sizes (14, 13, 13); "
-                "batch_sizes_for_worker rotates them: worker w's list starts at position w·R.")
-    if [steps[0] for steps in got] == [steps[0] for steps in want]:
-        return (f"step 0 is right; at step 1 you gave {[steps[1] for steps in got]}. Each "
-                "replica takes the next sub-batch of its worker's own cut of the same global "
-                "batch.")
-    return (f"you predicted {got}. Under OFF every worker starts at example 0 and cuts each "
-            "global batch of 40 into 3 consecutive sub-batches, in the sizes of "
-            "batch_sizes_for_worker(40, 3, 1, w); its replica takes one per step.")
+                "batch_sizes_for_worker rotates them: worker w's list begins at position w·R.")
+    return (f"you predicted {got}. Under OFF every worker starts at example 0, cuts each global "
+            "batch in batch_sizes_for_worker(40, 3, 1, w)'s sizes, and trains on one a step.")
 
 
-RULES = {"A": "each worker cuts every global batch into 3 sub-batches of its own rotated sizes "
-              "and its replica trains on one per step",
-         "B": "each worker's replica trains on the first sub-batch of a new global batch every "
-              "step",
-         "C": "every worker cuts every global batch with worker 0's sizes, and trains on one "
-              "sub-batch per step"}
+RULES = {"A": "each worker cuts every global batch in its own rotated sizes, one sub-batch a step",
+         "B": "each worker trains on the first sub-batch of a new global batch every step",
+         "C": "every worker cuts every global batch in worker 0's sizes, one sub-batch a step"}
 
 
 @question("q8.2", "08_multi_worker",
           "observe steps 0 and 1 of a real 3-worker OFF job; pass (observed, the letter of the "
           "explanation)",
           right="the traces show 0–13 then 14–26, 0–12 then 13–25, 0–12 then 13–26: A, each "
-                "worker cuts the same global batch into W·R = 3 sub-batches of its own sizes and its one "
-                "replica takes one per step, so one global batch lasts 3 steps on every worker.",
+                "worker cuts the same global batch into W·R = 3 sub-batches of its own sizes and "
+                "its one replica takes one per step, so one global batch lasts 3 steps on every "
+                "worker.",
           parts="(observed, rule)")
 def _q8_2(observed, rule):
-    got = _step_map(observed, "observed")
-    want = spans(step_examples("OFF"))
+    got, want = _step_map(observed, "observed"), spans(step_examples("OFF"))
     if got != want:
         return (f"observed is {got}, but the job's traces show {want}: for each worker w and "
                 "step s, read run.trace(w).example_ids(s)[0] (its one replica) and put its "
@@ -193,30 +146,29 @@ def _q8_2(observed, rule):
     letter = choice(rule, "ABC", "the explanation")
     if letter == "A":
         return None
-    return (f"{letter} ({RULES[letter]}) would not give what you observed: "
-            + {"B": "step 1 went on with the same global batch (examples below 40).",
-               "C": "workers 1 and 2 trained on 13 examples at step 0, worker 0 on 14, and "
-                    "workers 1 and 2 differ at step 1."}[letter])
+    return (f"{letter} ({RULES[letter]}) would not give what you observed: " + {
+        "B": "step 1 went on with the same global batch (examples below 40).",
+        "C": "worker 0 trained on 14 examples at step 0, workers 1 and 2 on 13."}[letter])
+
+
+OFF_STEPS, DATA_STEPS = steps_for_all("OFF"), steps_for_all("DATA")  # 6 and 2
 
 
 @question("q8.3", "08_multi_worker",
           "from the OFF job's traces: how many steps until every one of the 80 examples was "
           "trained on?",
-          right=f"{steps_for_all('OFF')} steps, where DATA takes {steps_for_all('DATA')}: under "
-                "OFF all three workers read the same global batches, each taking a third of one "
-                "per step, so the cluster goes through the data at a third of DATA's pace; by "
-                f"then it has trained on each example "
-                f"{steps_for_all('OFF') * GLOBAL_BATCH // EXAMPLES} times, and nothing warns.")
+          right=f"{OFF_STEPS} steps, where DATA takes {DATA_STEPS}: under OFF all three workers "
+                "read the same global batches, each taking a third of one per step, so the "
+                "cluster goes through the data at a third of DATA's pace; by then it has trained "
+                f"on each example {OFF_STEPS * GLOBAL_BATCH // EXAMPLES} times, and nothing warns.")
 def _q8_3(answer):
     return judge_number(
-        answer, "the number of steps", steps_for_all("OFF"),
-        hints={float(steps_for_all("DATA")): "That is DATA's count (80 examples, 40 different "
-                                              "ones a step); under OFF the workers repeat one "
-                                              "another: read the traces.",
-               float(steps_for_all("OFF") - 1): "That is the last step's number; steps are "
-                                                 "counted from 0.",
-               3.0: "3 steps take every worker through ONE global batch (examples 0–39); the "
-                    "job has 80 examples."},
+        answer, "the number of steps", OFF_STEPS,
+        hints={DATA_STEPS: "That is DATA's count (80 examples, 40 different ones a step); under "
+                           "OFF the workers repeat one another: read the traces.",
+               OFF_STEPS - 1: "That is the last step's number; steps are counted from 0.",
+               3: "3 steps take every worker through ONE global batch (examples 0–39); the job "
+                  "has 80 examples."},
         fallback="Go through the steps in order, putting every example id of all three workers' "
                  "traces in one set, until it holds all 80.",
         said="you counted {value}. {hint}")
