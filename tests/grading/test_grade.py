@@ -5,8 +5,9 @@ Grading spawns a kernel per submission, so every submission of this module is gr
 one pool of three (the ``batches`` fixture); the tests then read the resulting gradebooks. Per
 exercise the batch holds the instructor's solution (this is the only run of each
 key: cells left as the key has them are compared with its stored outputs, so the solution is
-checked cell by cell), one realistic mistake (the solution with one slip, so exactly one question
-is lost), and three fakes that delete every code cell and forge instead (no TensorFlow, cheap).
+checked cell by cell), a realistic mistake or two (each the solution with one slip, so exactly
+one question is lost), and three fakes that delete every code cell and forge instead (no
+TensorFlow, cheap).
 The failure modes (endless loop, dead kernel, missing import, hidden inputs, the total timeout)
 use a small key without TensorFlow (:func:`submissions.small_key`).
 """
@@ -30,32 +31,36 @@ from submissions import FORGERIES, edit, faked, forged_records, small, small_key
 
 FAST = 5  # seconds per cell in the small key's batch (the endless loop)
 
-MISTAKES = {  # exercise -> (student, question lost, words its reason must contain, the slip)
-    "01": ("assign_not_add", "q1.1", "assign_add adds it", lambda: edit("01", {"q1-1-answer": "prediction = 1.0"})),
-    "02": ("off_by_one", "q2.1", "ceil(58 / 4) = 15", lambda: edit("02", {"q2-1-answer": (
+MISTAKES = {  # exercise -> [(student, question lost, words its reason must contain, the slip), ...]
+    "01": [("assign_not_add", "q1.1", "assign_add adds it", lambda: edit("01", {"q1-1-answer": "prediction = 1.0"}))],
+    "02": [("off_by_one", "q2.1", "ceil(58 / 4) = 15", lambda: edit("02", {"q2-1-answer": (
         "def split_sizes(global_batch_size, num_replicas):\n"
         "    per_replica = global_batch_size // num_replicas\n"
         "    return [per_replica] * (num_replicas - 1) + "
-        "[global_batch_size - per_replica * (num_replicas - 1)]")})),
-    "03": ("mean_of_means", "q3.1", "averaged the replicas' means", lambda: edit("03", {"q3-1-answer": (
+        "[global_batch_size - per_replica * (num_replicas - 1)]")}))],
+    "03": [("mean_of_means", "q3.1", "averaged the replicas' means", lambda: edit("03", {"q3-1-answer": (
         "def global_gradient(per_replica_means, counts):\n"
-        "    return sum(np.asarray(m) for m in per_replica_means) / len(per_replica_means)")})),
-    "04": ("adds_not_copies", "q4.1", "the ring gives", lambda: edit("04", {"q4-1-answer": source(
-        "04", "q4-1-answer").replace("] = sent[r]", "] += sent[r]")})),
-    "05": ("most_gpus", "q5.1", "compare each estimate's speedup", lambda: edit("05", {"q5-1-answer": source(
+        "    return sum(np.asarray(m) for m in per_replica_means) / len(per_replica_means)")}))],
+    "04": [("adds_not_copies", "q4.1", "the ring gives", lambda: edit("04", {"q4-1-answer": source(
+        "04", "q4-1-answer").replace("] = sent[r]", "] += sent[r]")}))],
+    "05": [("most_gpus", "q5.1", "compare each estimate's speedup", lambda: edit("05", {"q5-1-answer": source(
         "05", "q5-1-answer").replace("key=lambda name: estimates[name].speedup",
-                                     "key=lambda name: estimates[name].num_replicas")})),
-    "06": ("rounds_down", "q6.2", "rounds UP", lambda: edit("06", {"q6-2-answer": source(
-        "06", "q6-2-answer").replace("math.ceil(size / min_shard_bytes)", "size // min_shard_bytes")})),
-    "07": ("counts_itself", "q7.1", "count only the others", lambda: edit("07", {"q7-1-answer": source(
+                                     "key=lambda name: estimates[name].num_replicas")}))],
+    "06": [("rounds_down", "q6.2", "rounds UP", lambda: edit("06", {"q6-2-answer": source(
+        "06", "q6-2-answer").replace("math.ceil(size / min_shard_bytes)", "size // min_shard_bytes")}))],
+    "07": [("counts_itself", "q7.1", "count only the others", lambda: edit("07", {"q7-1-answer": source(
         "07", "q7-1-answer").replace("(applies < applies[i])", "(applies <= applies[i])")})),
-    "08": ("even_split", "q8.1", "as evenly as possible", lambda: edit("08", {"q8-1-answer": (
-        "predicted_map = [[0, 13], [14, 26], [27, 39]]")})),
-    "09": ("adds_read_and_compute", "q9.1", "You added reading and computing", lambda: edit("09", {
+           ("one_at_a_time", "q7.4", "no two of your steps ran at the same time", lambda: edit("07", {
+               "q7-4-answer": source("07", "q7-4-answer").replace(
+                   "at_once = max_staleness + 1", "at_once = 1")}))],
+    "08": [("rotated_back", "q8.1", "rotated the wrong way", lambda: edit("08", {"q8-1-answer": source(
+        "08", "q8-1-answer").replace("worker_0[w * R:] + worker_0[:w * R]",
+                                     "worker_0[-w * R:] + worker_0[:-w * R]")}))],
+    "09": [("adds_read_and_compute", "q9.1", "You added reading and computing", lambda: edit("09", {
         "q9-1-answer": source("09", "q9-1-answer").replace(
-            "max(compute_s, read_s / parallel_reads)", "compute_s + read_s / parallel_reads")})),
-    "10": ("unscaled_rate", "q10.1", "the linear scaling rule", lambda: edit("10", {"q10-1-answer": source(
-        "10", "q10-1-answer").replace('"learning_rate": 2 * 0.2', '"learning_rate": 0.2')})),
+            "max(compute_s, read_s / parallel_reads)", "compute_s + read_s / parallel_reads")}))],
+    "10": [("unscaled_rate", "q10.1", "the linear scaling rule", lambda: edit("10", {"q10-1-answer": source(
+        "10", "q10-1-answer").replace('"learning_rate": 2 * 0.2', '"learning_rate": 0.2')}))],
 }
 
 #: The course's chapters that practise something (every chapter but 00; a part 09b shares 09): "01", …
@@ -93,7 +98,7 @@ def small_batch() -> dict[str, nbformat.NotebookNode]:
 @pytest.fixture(scope="module")
 def batches(tmp_path_factory) -> dict[str, Gradebook]:
     """Every batch of this module, each submission graded once, in one pool of three: per
-    exercise the solution, its mistake and three fakes; the small key's batch, and that batch
+    exercise the solution, its mistakes and three fakes; the small key's batch, and that batch
     again (to compare). The slowest (08's, a real cluster) start first; the runs that mostly wait
     (a loop, a dead kernel) overlap the ones that compute. Then one gradebook per batch, written
     as the command line would."""
@@ -101,8 +106,8 @@ def batches(tmp_path_factory) -> dict[str, Gradebook]:
     nbformat.write(small_key(), root / "small_key.ipynb")
     keys, folders, tasks = {}, {}, []
     for ex in sorted(KEYS, reverse=True):
-        student, _, _, slip = MISTAKES[ex]
-        subs = {"solution": key(ex), student: slip(), **{how: faked(ex, how) for how in FORGERIES}}
+        slips = {student: slip() for student, _, _, slip in MISTAKES[ex]}
+        subs = {"solution": key(ex), **slips, **{how: faked(ex, how) for how in FORGERIES}}
         keys[ex], folders[ex] = KEYS[ex], write(root / ex / "submissions", subs).parent
         tasks += [(ex, name) for name in subs]
     for batch in ("small", "small_again"):
@@ -130,7 +135,7 @@ def batches(tmp_path_factory) -> dict[str, Gradebook]:
 
 @pytest.fixture(scope="module")
 def graded(batches) -> dict[str, Gradebook]:
-    """Every exercise's gradebook: the solution, the mistake, the three fakes."""
+    """Every exercise's gradebook: the solution, its mistakes, the three fakes."""
     return {ex: batches[ex] for ex in KEYS}
 
 
@@ -154,10 +159,10 @@ def test_the_instructor_solution_scores_full_marks_and_matches_every_stored_outp
         [r["message"][:300] for r in records if r["outcome"] != "passed"]
 
 
-@pytest.mark.parametrize("ex", sorted(KEYS))
-def test_a_realistic_mistake_loses_exactly_its_question(graded, ex):
+@pytest.mark.parametrize("ex, student", [(ex, m[0]) for ex in sorted(KEYS) for m in MISTAKES[ex]])
+def test_a_realistic_mistake_loses_exactly_its_question(graded, ex, student):
     """One mistake, one lost question, and the reason says what the mistake was."""
-    student, question, words, _ = MISTAKES[ex]
+    question, words = next((q, w) for name, q, w, _ in MISTAKES[ex] if name == student)
     book = graded[ex]
     assert list(book.lost(student)) == [question]
     assert words in book.lost(student)[question]

@@ -126,25 +126,28 @@ def test_the_staleness_judge_states_the_tie_rule(slip, words):
     assert words is None or words in said
 
 
-def _ps_log(stale: list[int], slow_seconds: float = 0.15) -> list[dict]:
+def _ps_log(stale: list[int], slow_seconds: float = 0.15, at_once: int = 2) -> list[dict]:
     """40 functions as strategy.trace.functions hands them in: workers 0, 1, 2 in turn, each
-    ``stale[i % len(stale)]`` stale; worker 1's take ``slow_seconds``, the others' 0.01 s."""
+    ``stale[i % len(stale)]`` stale; worker 1's take ``slow_seconds``, the others' 0.01 s; they
+    start ``at_once`` at a time, a second apart (1: each ends before the next starts)."""
     rows, version = [], 0
     for i in range(40):
         worker = i % 3
         version += 1
         seconds = slow_seconds if worker == 1 else 0.01
+        started = float(i // at_once)
         rows.append({"type": "ScheduledRecord", "schedule": i, "function": "step_fn",
-                     "worker": worker, "started": float(i), "ended": i + seconds,
+                     "worker": worker, "started": started, "ended": started + seconds,
                      "version_read": version - 1 - stale[i % len(stale)],
                      "version_written": version})
     return rows
 
 
 def test_the_bounded_staleness_judge_reads_the_log_and_the_losses():
-    """q7.4: right for a log of 40 steps, none more than 1 stale, worker 1 slow, and falling
-    losses; each slip (steps missing, a loss per step missing, losses not falling, no straggler,
-    an update 2 stale) gets its own reason."""
+    """q7.4: right for a log of 40 steps, none more than 1 stale, worker 1 slow, some running
+    at the same time, and falling losses; each slip (steps missing, a loss per step missing,
+    losses not falling, no straggler, an update 2 stale, one step at a time) gets its own
+    reason."""
     load_questions()
 
     def judge(answer):
@@ -153,7 +156,11 @@ def test_the_bounded_staleness_judge_reads_the_log_and_the_losses():
 
     falling = [2.0 - i / 40 for i in range(40)]
     assert judge([_ps_log([0, 1]), falling]) is None
-    assert judge([_ps_log([0]), falling]) is None  # one at a time: 0 stale, within the limit
+    assert judge([_ps_log([0]), falling]) is None  # two at once, both 0 stale: within the limit
+    said = judge([_ps_log([0], at_once=1), falling])  # one at a time: 0 stale, two workers idle
+    assert "no two of your steps ran at the same time" in said
+    assert ch07._overlapping(_ps_log([0], at_once=1)) == 0
+    assert ch07._overlapping(_ps_log([0, 1])) == 40
     assert "holds 39 finished functions" in judge([_ps_log([0, 1])[:39], falling])
     assert "one per scheduled step" in judge([_ps_log([0, 1]), falling[:30]])
     assert "not below" in judge([_ps_log([0, 1]), [1.0] * 40])
@@ -166,9 +173,10 @@ def test_the_bounded_staleness_judge_reads_the_log_and_the_losses():
 def test_the_bounded_staleness_loop_on_a_real_cluster():
     """q7.4's rule on TensorFlow's coordinator (3 workers, 1 ps, in process, worker 1 waiting
     0.1 s as in the exercise): steps started two at a time, the next two only once both have
-    ended, leave no logged function more than 1 stale, and the judge says right; chapter 07's
-    loop, every step scheduled at once, leaves the straggler's updates staler, and the judge
-    says which one."""
+    ended, leave no logged function more than 1 stale, some of them running at the same time,
+    and the judge says right; chapter 07's loop, every step scheduled at once, leaves the
+    straggler's updates staler, and the judge says which one; one step at a time leaves every
+    update 0 stale but no two functions meet, and the judge says so."""
     from conftest import run_python
 
     result = run_python("""
@@ -226,7 +234,12 @@ def test_the_bounded_staleness_loop_on_a_real_cluster():
             coordinator.join()
             return [float(r.fetch()) for r in results]
 
-        print(json.dumps({"two": run(two_at_a_time), "all": run(all_at_once)}))
+        def one_at_a_time():
+            return [float(coordinator.schedule(step_fn, args=(iterator,)).fetch())
+                    for _ in range(40)]
+
+        print(json.dumps({"two": run(two_at_a_time), "all": run(all_at_once),
+                          "one": run(one_at_a_time)}))
         cluster.stop()
     """)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -234,12 +247,14 @@ def test_the_bounded_staleness_loop_on_a_real_cluster():
     load_questions()
     for name, data in runs.items():
         log = data[0]
-        # schedule numbers of the second run start at 40: the judge reads them as they come
+        # schedule numbers of the later runs start at 40 and 80: the judge reads them as they come
         worst = max(f["version_written"] - 1 - f["version_read"] for f in log)
-        assert (worst <= 1) == (name == "two"), (name, worst)
+        assert (worst <= 1) == (name != "all"), (name, worst)
+        assert (ch07._overlapping(log) == 0) == (name == "one"), (name, ch07._overlapping(log))
         right, said = verdict(QUESTIONS["q7.4"], data, [])
         assert right == (name == "two"), said
-        assert right or "other updates landed while it ran" in said
+        assert right or {"all": "other updates landed while it ran",
+                         "one": "no two of your steps ran at the same time"}[name] in said
 
 
 def test_the_placement_rule_is_what_a_real_cluster_does():
@@ -261,15 +276,17 @@ def test_the_placement_rule_is_what_a_real_cluster_does():
 
 
 def test_the_scenario_verdict_quotes_the_cost_model():
-    """q5.1's message uses estimate_step's speed-ups, and B really is the fastest option."""
+    """q5.1's message uses estimate_step's speed-ups at 120 ms of compute (chapter 04's table
+    prices 100 ms), and B really is the fastest option."""
     load_questions()
-    speedups = {k: mt.costmodel.estimate_step(25.6e6, 0.1, o["num_replicas"], o["interconnect"],
+    assert ch05.SCENARIO == dict(num_parameters=25.6e6, compute_s=0.12)
+    speedups = {k: mt.costmodel.estimate_step(25.6e6, 0.12, o["num_replicas"], o["interconnect"],
                                               algorithm=o["algorithm"]).speedup
                 for k, o in ch05.OPTIONS.items()}
     assert max(speedups, key=speedups.get) == "B"
     assert f"about {speedups['B']:.1f} times" in QUESTIONS["q5.1"].right
-    assert math.isclose(speedups["A"], 16 * 0.1 / mt.costmodel.estimate_step(
-        25.6e6, 0.1, 16, "eth-10g").step_s)
+    assert math.isclose(speedups["A"], 16 * 0.12 / mt.costmodel.estimate_step(
+        25.6e6, 0.12, 16, "eth-10g").step_s)
 
 
 def test_the_partitioner_rule_is_tensorflows():
@@ -589,59 +606,75 @@ def test_the_straggler_judge_on_real_runs(devices):
         assert not right and words in said, (holds, run, said)
 
 
-def multi_worker_step_0(global_batch, workers, policy):
-    """Each worker's example numbers at step 0 of the worker program's pipeline, built the way
-    MultiWorkerMirroredStrategy's experimental_distribute_dataset builds it for one replica per
-    worker (DistributedDataset._create_cloned_datasets_from_dataset with an input context,
+def multi_worker_steps(global_batch, workers, policy, num_examples, steps):
+    """Each worker's example numbers at steps 0, 1, … of the worker program's pipeline (80
+    examples in repeated global batches, one replica per worker), built the way
+    MultiWorkerMirroredStrategy's experimental_distribute_dataset builds it
+    (DistributedDataset._create_cloned_datasets_from_dataset with an input context,
     tensorflow/python/distribute/input_lib.py): rebatch by batch_sizes_for_worker, then
-    input_ops.auto_shard_dataset with the policy the dataset's options carry."""
+    input_ops.auto_shard_dataset with the policy the dataset's options carry; one sub-batch a
+    step."""
     from tensorflow.python.data.experimental.ops import distribute
     from tensorflow.python.distribute import input_ops
 
-    shards = []
+    out = []
     for w in range(workers):
-        dataset = tf.data.Dataset.range(3 * global_batch).batch(global_batch, drop_remainder=True)
+        dataset = tf.data.Dataset.range(num_examples).batch(global_batch, drop_remainder=True)
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = \
             tf.data.experimental.AutoShardPolicy[policy]
-        dataset = dataset.with_options(options).rebatch(
+        dataset = dataset.repeat().with_options(options).rebatch(
             distribute.batch_sizes_for_worker(global_batch, workers, 1, w))
         dataset = input_ops.auto_shard_dataset(dataset, workers, w, workers)
-        shards.append(next(iter(dataset)).numpy().tolist())
-    return shards
+        out.append([sub.numpy().tolist() for sub in dataset.take(steps)])
+    return out
 
 
-@pytest.mark.parametrize("global_batch, workers", [(40, 3), (31, 3), (64, 2), (33, 2), (30, 4)])
-def test_the_shard_rules_are_what_tf_distribute_makes(global_batch, workers):
-    """q8.1–q8.3: ch08.data_shards (DATA: ceil(B / n) each, the rest last) and ch08.off_sizes
-    (OFF: every worker from example 0, batch_sizes_for_worker's sizes) are what TensorFlow's
-    multi-worker input pipeline gives each worker at step 0, on the exercise's job (40 over 3)
-    and on others, uneven ones included. The exercise's own run on 3 worker processes shows the
-    same (its stored outputs, checked by nbval)."""
-    data = multi_worker_step_0(global_batch, workers, "DATA")
-    assert [[s[0], s[-1]] if s else [] for s in data] == ch08.data_shards(workers, global_batch)
-    assert all(s == list(range(s[0], s[-1] + 1)) for s in data if s)  # consecutive examples
-    off = multi_worker_step_0(global_batch, workers, "OFF")
-    assert off == [list(range(n)) for n in ch08.off_sizes(workers, global_batch)]
-    assert len({i for s in off for i in s}) == ch08.off_distinct(workers, global_batch)
+@pytest.mark.parametrize("global_batch, workers, num_examples",
+                         [(40, 3, 80), (31, 3, 62), (64, 2, 128), (33, 2, 99), (30, 4, 60)])
+def test_the_shard_rules_are_what_tf_distribute_makes(global_batch, workers, num_examples):
+    """q8.1–q8.3: ch08.step_examples (OFF: every worker from example 0, its own rotated
+    batch_sizes_for_worker cut, one sub-batch a step; DATA: ceil(B / n) each, the rest last) is
+    what TensorFlow's multi-worker input pipeline gives each worker at every step, on the
+    exercise's job (40 over 3, 80 examples) and on others, uneven ones included, and
+    ch08.steps_for_all counts the steps until every example was trained on. The exercise's own
+    run on 3 worker processes shows the same (its stored outputs, checked by nbval)."""
+    steps = 2 * workers * num_examples // global_batch
+    for policy in ("OFF", "DATA"):
+        made = multi_worker_steps(global_batch, workers, policy, num_examples, steps)
+        rule = ch08.step_examples(policy, workers, global_batch, num_examples, steps)
+        assert made == rule, policy
+        seen, need = set(), None
+        for step in range(steps):
+            seen |= {i for worker in made for i in worker[step]}
+            if need is None and len(seen) == num_examples // global_batch * global_batch:
+                need = step + 1
+        assert need == ch08.steps_for_all(policy, workers, global_batch, num_examples), policy
 
 
 def test_the_shard_map_questions_name_each_tempting_mistake():
-    """q8.1–q8.3 accept the key's answers and say what each likely mistake comes from: an even
-    split, floor-then-remainder, two replicas per CPU worker, a wrong rule, the global batch
-    counted with repeats."""
+    """q8.1–q8.3 accept the key's answers and say what each likely mistake comes from: DATA's cut,
+    a new global batch every step, the sizes rotated the wrong way or not at all, a wrong
+    explanation, DATA's step count or the last step's number."""
     load_questions()
-    right_map = [[0, 13], [14, 27], [28, 39]]
+    right = [[[0, 13], [14, 26]], [[0, 12], [13, 25]], [[0, 12], [13, 26]]]
     cases = {
-        "q8.1": [(right_map, True, "ceil(40 / 3) = 14"),
-                 ([[0, 13], [14, 26], [27, 39]], False, "as evenly as possible"),
-                 ([[0, 12], [13, 25], [26, 39]], False, "rounds UP"),
-                 ([[0, 6]] * 6, False, "ONE replica")],
-        "q8.2": [((right_map, "a"), True, "rule A"),
-                 ((right_map, "B"), False, "would not give"),
-                 (([[0, 13], [14, 26], [27, 39]], "A"), False, "traces show"),
-                 ((right_map, "D"), False, "one of the letters")],
-        "q8.3": [(14, True, "14 distinct"), (40, False, "DISTINCT"), (13, False, "worker 0")],
+        "q8.1": [(right, True, "takes one per step"),
+                 ([[[0, 13], [40, 53]], [[14, 27], [54, 67]], [[28, 39], [68, 79]]], False,
+                  "DATA's cut"),
+                 ([[[0, 13], [40, 53]], [[0, 12], [40, 52]], [[0, 12], [40, 52]]], False,
+                  "ONE per step"),
+                 ([[[0, 13], [14, 26]], [[0, 12], [13, 26]], [[0, 12], [13, 25]]], False,
+                  "rotated the wrong way"),
+                 ([[[0, 13], [14, 26]]] * 3, False, "worker 0's sizes"),
+                 ([[0, 13], [14, 27], [28, 39]], False, "[first, last] at step 0"),
+                 ([[[0, 13], [14, 26]]] * 6, False, "ONE replica")],
+        "q8.2": [((right, "a"), True, "one global batch lasts 3 steps"),
+                 ((right, "B"), False, "would not give"),
+                 ((right[:2] + [[[0, 12], [13, 25]]], "A"), False, "traces show"),
+                 ((right, "D"), False, "one of the letters")],
+        "q8.3": [(6, True, "6 steps, where DATA takes 2"), (2, False, "DATA's count"),
+                 (5, False, "counted from 0"), (3, False, "ONE global batch")],
     }
     for qid, answers in cases.items():
         for answer, ok, words in answers:

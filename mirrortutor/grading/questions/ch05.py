@@ -2,9 +2,12 @@
 
 The rules taught: more replicas only help while the all-reduce stays small next to the compute,
 so compare the estimated speed-ups of :func:`mirrortutor.collectives.costmodel.estimate_step`,
-not the replica counts (q5.1); and a larger per-replica batch makes the all-reduce a smaller share
-of the step, but a larger global batch needs the learning rate scaled and warmed up (Goyal et al.
-2017) and generalises worse, so take the smallest batch that scales well enough (q5.2). Each
+not the replica counts (q5.1; at 120 ms of compute, not chapter 04's 100 ms, so no row of its
+table answers it); and a larger per-replica batch makes the all-reduce a smaller share of the
+step, but a larger global batch needs the learning rate scaled and may need a warm-up (Goyal et
+al. 2017) and can generalise worse (Keskar et al. 2017, "On Large-Batch Training for Deep
+Learning: Generalization Gap and Sharp Minima"), so take the smallest batch that scales well
+enough (q5.2). Each
 answer hands over the student's own estimates (their fields, as data) and the choice; the
 judges check that each estimate prices the set-up asked for (the all-reduce after the compute,
 ``overlap=False``; q5.2's on the ring), and the verdicts quote the cost model's numbers, computed
@@ -25,7 +28,7 @@ import inspect
 
 from ..checks import Function, Wrong, close, fmt, question, short, two
 
-SCENARIO = dict(num_parameters=25.6e6, compute_s=0.100)  # ResNet-50-sized, 100 ms per step
+SCENARIO = dict(num_parameters=25.6e6, compute_s=0.120)  # ResNet-50-sized, 120 ms per step
 OPTIONS = {"A": dict(num_replicas=16, interconnect="eth-10g", algorithm="ring"),
            "B": dict(num_replicas=8, interconnect="pcie3-x16", algorithm="ring"),
            "C": dict(num_replicas=8, interconnect="pcie3-x16", algorithm="reduce_to_one")}
@@ -85,7 +88,8 @@ def _q5_1(answer):
                 or not close(e.get("compute_s"), SCENARIO["compute_s"]):
             return (f"estimates[{key!r}] prices {got} with {fmt(e.get('gradient_bytes'))} gradient "
                     f"bytes and {fmt(e.get('compute_s'))} s of compute; option {key} is {option}, with "
-                    f"{fmt(SCENARIO['num_parameters'])} float32 parameters and 0.1 s of compute.")
+                    f"{fmt(SCENARIO['num_parameters'])} float32 parameters and "
+                    f"{SCENARIO['compute_s']} s of compute.")
     speedups = _speedups()
     best = max(speedups, key=speedups.get)
     if choice == best:
@@ -128,8 +132,8 @@ def _q5_2(answer):
         return (f"{choice} scales at about {efficiency[choice]:.0%}, below the 90% asked for: the "
                 "all-reduce is still too large a share of its step.")
     return (f"{choice} scales well enough, but so does {best}, with a global batch "
-            f"{choice // best} times smaller: fewer examples per step need less learning-rate "
-            "scaling and warm-up. Take the smallest batch that reaches 90%.")
+            f"{choice // best} times smaller, which needs a smaller scaled learning rate and is "
+            "less likely to need a warm-up. Take the smallest batch that reaches 90%.")
 
 
 # ---- q5.3: a schedule in Keras ---------------------------------------------------------------

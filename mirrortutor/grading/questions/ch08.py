@@ -1,20 +1,17 @@
 """Chapter 08 · Multi-worker: who gets which examples, and what a shard policy really does.
 
 q8.1–q8.3 run chapter 08's worker program (``programs/08_worker.py``, plain TensorFlow)
-unchanged in 3 worker processes, ``cluster.run_program(...)``; TensorFlow's
-``MultiWorkerMirroredStrategy`` gives a worker without GPUs one replica, so
-``replica_id_in_sync_group`` is the worker's index. The rules taught, on a global batch of 40 that
-3 workers cannot split evenly (the chapter printed 2 workers and 64):
+unchanged in 3 worker processes, ``cluster.run_program(...)``, on 80 examples in global batches
+of 40 under ``--shard-policy OFF``; a worker without GPUs has one replica (W = 3, R = 1). Chapter
+08 states and prints the ``DATA`` rule; ``OFF`` it explains in words and prints for 2 workers at
+step 0 only. The rule (:func:`step_examples`; tests/grading/test_questions.py checks it on TF):
+under ``OFF`` every worker reads the same global batches from example 0, cuts each into W·R
+sub-batches with ``batch_sizes_for_worker`` (data/experimental/ops/distribute.py: as even as
+possible, the first B mod W·R one larger, worker w's list begun at position w·R), and its R
+replicas take R of them per step (``DistributedDataset._make_rebatch_fn``, input_lib.py), so with
+R = 1 a global batch lasts W steps. q8.1 predicts steps 0 and 1, q8.2 observes them and picks the
+explanation, q8.3 counts the steps until every example was trained on: 6, ``DATA``'s 2.
 
-- ``AutoShardPolicy.DATA`` cuts the global batch as chapter 02's rule cuts it on one machine,
-  ``ceil(B / n)`` examples for each replica but the last, which gets what is left
-  (:func:`data_shards`): 14, 14 and 12. q8.1 predicts it, q8.2 observes it and names the rule.
-- ``OFF`` shards nothing: every worker reads the same global batches from the start and cuts them
-  with ``batch_sizes_for_worker`` (tensorflow/python/data/experimental/ops/distribute.py), as even
-  as possible and rotated by worker, so step 0 trains worker 0 on examples 0–13 and workers 1 and 2
-  on 0–12: 40 examples, 14 of them distinct (:func:`off_distinct`, q8.3).
-
-tests/grading/test_questions.py checks both rules against TensorFlow's own input pipeline.
 q8.4 asks for TensorFlow the chapter did not write: the other way in,
 ``strategy.distribute_datasets_from_function(dataset_fn)``, which neither shards nor batches what
 ``dataset_fn`` returns (``Strategy.distribute_datasets_from_function``, distribute_lib.py). The
@@ -31,127 +28,149 @@ import math
 from dataclasses import dataclass
 
 from ..answers import Function
-from ..checks import choice, integers, judge_number, question, short
+from ..checks import Wrong, choice, integers, judge_number, question, short
 
-WORKERS, GLOBAL_BATCH = 3, 40  # the cluster (one replica per worker) and the job of q8.1–q8.3
-
-
-def data_shards(workers: int = WORKERS, global_batch: int = GLOBAL_BATCH) -> list[list[int]]:
-    """``[first, last]`` example of step 0 for each replica_id_in_sync_group (= worker), under
-    DATA: ``ceil(B / n)`` examples each, the last replica what is left (empty: ``[]``)."""
-    size = math.ceil(global_batch / workers)
-    return [[w * size, min((w + 1) * size, global_batch) - 1] if w * size < global_batch else []
-            for w in range(workers)]
+# The job of q8.1–q8.3: 3 CPU workers (one replica each), 80 examples, global batches of 40.
+WORKERS, GLOBAL_BATCH, EXAMPLES = 3, 40, 80
+STEPS_ASKED = 2  # q8.1 and q8.2: steps 0 and 1
 
 
-def off_sizes(workers: int = WORKERS, global_batch: int = GLOBAL_BATCH) -> list[int]:
-    """How many examples each worker trains on at step 0 under OFF: the first of its
-    ``batch_sizes_for_worker`` (worker 0's sizes, ceil-sized ones first, rotated by the worker's
-    index), each counted from example 0 since nothing is sharded."""
+def step_examples(policy: str, workers: int = WORKERS, global_batch: int = GLOBAL_BATCH,
+                  num_examples: int = EXAMPLES, steps: int = STEPS_ASKED,
+                  start=lambda worker: worker) -> list[list[list[int]]]:
+    """The example numbers each worker's one replica trains on at steps 0, 1, …, as
+    ``[worker][step]``, the program reading ``range(num_examples)`` in repeated global batches
+    (``drop_remainder``). ``DATA``: global batch ``step``'s sub-batch ``worker``, of
+    ``ceil(B / W)`` examples (the last ones get what is left). ``OFF``: sub-batch ``step % W`` of
+    global batch ``step // W``, cut in the sizes ``batch_sizes_for_worker`` gives worker 0, begun at
+    position ``start(worker)`` (TF's rule; another ``start`` makes a wrong answer's map)."""
+    def batch(b: int) -> list[int]:
+        first = b % (num_examples // global_batch) * global_batch
+        return list(range(first, first + global_batch))
+
     floor, ceil_count = divmod(global_batch, workers)
     worker_0 = [floor + 1] * ceil_count + [floor] * (workers - ceil_count)
-    return [worker_0[w] for w in range(workers)]
-
-
-def off_distinct(workers: int = WORKERS, global_batch: int = GLOBAL_BATCH) -> int:
-    """The distinct examples step 0 trains on under OFF: every worker starts at example 0."""
-    return max(off_sizes(workers, global_batch))
-
-
-def _shard_map(answer, what: str) -> list[list[int]]:
-    """The answer as one [first, last] pair per replica, or the reason it is not."""
-    if not isinstance(answer, list) or len(answer) != WORKERS:
-        extra = (" A CPU worker of MultiWorkerMirroredStrategy has ONE replica, so the replicas "
-                 "are the 3 workers." if isinstance(answer, list) and len(answer) == 2 * WORKERS
-                 else "")
-        return (f"{what} should list one [first, last] pair per replica ({WORKERS}), got "
-                f"{short(answer)}.{extra}")
-    return [integers(pair, f"{what}[{r}]") for r, pair in enumerate(answer)]
-
-
-def _even(workers: int = WORKERS, global_batch: int = GLOBAL_BATCH) -> list[list[int]]:
-    """The tempting wrong map: as even as possible (14, 13, 13)."""
-    floor, extra = divmod(global_batch, workers)
-    out, first = [], 0
+    out = []
     for w in range(workers):
-        size = floor + (w < extra)
-        out.append([first, first + size - 1])
-        first += size
+        if policy == "DATA":
+            size = math.ceil(global_batch / workers)
+            out.append([batch(s)[w * size:(w + 1) * size] for s in range(steps)])
+            continue
+        sizes = worker_0[start(w):] + worker_0[:start(w)]
+        ends = [sum(sizes[:k + 1]) for k in range(workers)]  # of each sub-batch, in a global batch
+        out.append([batch(s // workers)[ends[s % workers] - sizes[s % workers]:ends[s % workers]]
+                    for s in range(steps)])
     return out
 
 
-def _floor_rest(workers: int = WORKERS, global_batch: int = GLOBAL_BATCH) -> list[list[int]]:
-    """The other tempting wrong map: floor(B / n) each, the remainder on the last (13, 13, 14)."""
-    size = global_batch // workers
-    return [[w * size, (w + 1) * size - 1 if w < workers - 1 else global_batch - 1]
-            for w in range(workers)]
+def spans(examples: list[list[list[int]]]) -> list[list[list[int]]]:
+    """Each sub-batch of :func:`step_examples` as ``[first, last]`` (``[]`` when empty)."""
+    return [[[ids[0], ids[-1]] if ids else [] for ids in worker] for worker in examples]
+
+
+def steps_for_all(policy: str = "OFF", workers: int = WORKERS, global_batch: int = GLOBAL_BATCH,
+                  num_examples: int = EXAMPLES) -> int:
+    """How many steps the cluster takes until it has trained on every example at least once
+    (of the whole global batches: the program drops a partial last one)."""
+    steps = 1
+    while len({i for worker in step_examples(policy, workers, global_batch, num_examples, steps)
+               for ids in worker for i in ids}) < num_examples // global_batch * global_batch:
+        steps += 1
+    return steps
+
+
+def _step_map(answer, what: str) -> list[list[list[int]]]:
+    """The answer as ``[worker][step] = [first, last]`` for 3 workers and steps 0 and 1."""
+    if not isinstance(answer, list) or len(answer) != WORKERS:
+        raise Wrong(f"{what} should hold one entry per worker ({WORKERS}: a CPU worker of "
+                    f"MultiWorkerMirroredStrategy has ONE replica), got {short(answer)}.")
+    for w, steps in enumerate(answer):
+        if not isinstance(steps, list) or len(steps) != STEPS_ASKED \
+                or not all(isinstance(pair, list) for pair in steps):
+            raise Wrong(f"{what}[{w}] should be [[first, last] at step 0, [first, last] at step "
+                        f"1] for worker {w}; got {short(steps)}.")
+    return [[integers(pair, f"{what}[{w}][{s}]") for s, pair in enumerate(steps)]
+            for w, steps in enumerate(answer)]
 
 
 @question("q8.1", "08_multi_worker",
-          "predict [first, last] example of each replica_id_in_sync_group (3 CPU workers, global "
-          "batch 40, DATA)",
-          right="replicas 0–2 (one per CPU worker) get examples 0–13, 14–27 and 28–39: DATA cuts "
-                "the global batch as chapter 02's rule does, ceil(40 / 3) = 14 examples for each "
-                "replica but the last, which gets the 12 left.")
+          "predict [first, last] example of each worker's replica at steps 0 and 1 (3 CPU "
+          "workers, global batch 40, OFF)",
+          right="worker 0 trains on 0–13 then 14–26, worker 1 on 0–12 then 13–25, worker 2 "
+                "on 0–12 then 13–26: under OFF each worker cuts the same global batch of 40 into "
+                "3 sub-batches of batch_sizes_for_worker (14, 13, 13 started at position w) and "
+                "its one replica takes one per step.")
 def _q8_1(answer):
-    got = _shard_map(answer, "your prediction")
-    if isinstance(got, str):
-        return got
-    if got == data_shards():
+    got = _step_map(answer, "your prediction")
+    if got == spans(step_examples("OFF")):
         return None
-    if got == _even():
-        return ("you split the batch as evenly as possible (14, 13, 13). TensorFlow cuts it as "
-                "chapter 02 showed: ceil(40 / 3) = 14 examples for each replica but the last, "
-                "which gets what is left.")
-    if got == _floor_rest():
-        return ("you gave floor(40 / 3) = 13 to each replica and the remainder to the last. "
-                "TensorFlow rounds UP: ceil(40 / 3) = 14 for each replica but the last.")
-    return (f"you predicted {got}; the replicas take consecutive examples of 0–39 in order, "
-            "worker 0 first, in chapter 02's sizes.")
+    if got == spans(step_examples("DATA")):
+        return ("that is DATA's cut (chapter 08's rule): this job runs OFF, which shards nothing. "
+                "Every worker reads the same global batches from example 0 and cuts them with "
+                "batch_sizes_for_worker.")
+    if got == [[[s * GLOBAL_BATCH, s * GLOBAL_BATCH + steps[0][1]] for s in range(STEPS_ASKED)]
+               for steps in got]:  # step 1 as step 0, in the next global batch
+        return ("you gave each worker a new global batch at step 1. A worker cuts each global "
+                f"batch into W·R = {WORKERS} sub-batches and its one replica takes ONE per step: "
+                "step 1 takes the next sub-batch of the same global batch.")
+    if got == spans(step_examples("OFF", start=lambda w: -w % WORKERS)):
+        return ("your sub-batch sizes are rotated the wrong way: batch_sizes_for_worker BEGINS "
+                "worker w's list at position w·R of worker 0's (14, 13, 13), so worker 1's is "
+                "13, 13, 14 and worker 2's 13, 14, 13.")
+    if got == spans(step_examples("OFF", start=lambda w: 0)):
+        return ("you cut every worker's global batch with worker 0's sizes (14, 13, 13); "
+                "batch_sizes_for_worker rotates them: worker w's list begins at position w·R.")
+    return (f"you predicted {got}. Under OFF every worker starts at example 0, cuts each global "
+            "batch in batch_sizes_for_worker(40, 3, 1, w)'s sizes, and trains on one a step.")
 
 
-RULES = {"A": "ceil(B / n) examples for each replica but the last, which gets what is left",
-         "B": "as even as possible: sizes differ by at most one",
-         "C": "floor(B / n) examples each, the remainder on the last replica"}
+RULES = {"A": "each worker cuts every global batch in its own rotated sizes, one sub-batch a step",
+         "B": "each worker trains on the first sub-batch of a new global batch every step",
+         "C": "every worker cuts every global batch in worker 0's sizes, one sub-batch a step"}
 
 
 @question("q8.2", "08_multi_worker",
-          "observe the shard map of a real 3-worker job; pass (observed, the letter of the rule "
-          "that cut the batch)",
-          right="the traces show 0–13, 14–27 and 28–39: rule A, ceil(B / n) examples for each "
-                "replica but the last, the rule chapter 02 found on one machine; DATA applies it "
-                "to the whole cluster's replicas.",
+          "observe steps 0 and 1 of a real 3-worker OFF job; pass (observed, the letter of the "
+          "explanation)",
+          right="the traces show 0–13 then 14–26, 0–12 then 13–25, 0–12 then 13–26: A, each "
+                "worker cuts the same global batch into W·R = 3 sub-batches of its own sizes and "
+                "its one replica takes one per step, so one global batch lasts 3 steps on every "
+                "worker.",
           parts="(observed, rule)")
 def _q8_2(observed, rule):
-    got = _shard_map(observed, "observed")
-    if isinstance(got, str):
-        return got
-    if got != data_shards():
-        return (f"observed is {got}, but the job's traces show {data_shards()}: for each worker "
-                "w, read run.trace(w).example_ids(0)[0] (its one replica) and put its smallest "
-                "and largest id at position w.")
-    letter = choice(rule, "ABC", "the rule")
+    got, want = _step_map(observed, "observed"), spans(step_examples("OFF"))
+    if got != want:
+        return (f"observed is {got}, but the job's traces show {want}: for each worker w and "
+                "step s, read run.trace(w).example_ids(s)[0] (its one replica) and put its "
+                "smallest and largest id at observed[w][s].")
+    letter = choice(rule, "ABC", "the explanation")
     if letter == "A":
         return None
-    sizes = [last - first + 1 for first, last in got]
-    return (f"rule {letter} ({RULES[letter]}) would not give the sizes you observed, {sizes}: "
-            f"14 = ceil(40 / 3) for replicas 0 and 1, and the 12 left for replica 2.")
+    return (f"{letter} ({RULES[letter]}) would not give what you observed: " + {
+        "B": "step 1 went on with the same global batch (examples below 40).",
+        "C": "worker 0 trained on 14 examples at step 0, workers 1 and 2 on 13."}[letter])
+
+
+OFF_STEPS, DATA_STEPS = steps_for_all("OFF"), steps_for_all("DATA")  # 6 and 2
 
 
 @question("q8.3", "08_multi_worker",
-          "run the job with --shard-policy OFF; how many distinct examples did step 0 train on?",
-          right="14 distinct examples, though step 0 trained on 40 (14 + 13 + 13): with OFF every "
-                "worker reads the same global batches from example 0, so most examples are used "
-                "three times, and nothing warns.")
+          "from the OFF job's traces: how many steps until every one of the 80 examples was "
+          "trained on?",
+          right=f"{OFF_STEPS} steps, where DATA takes {DATA_STEPS}: under OFF all three workers "
+                "read the same global batches, each taking a third of one per step, so the "
+                "cluster goes through the data at a third of DATA's pace; by then it has trained "
+                f"on each example {OFF_STEPS * GLOBAL_BATCH // EXAMPLES} times, and nothing warns.")
 def _q8_3(answer):
     return judge_number(
-        answer, "the number of distinct examples", off_distinct(),
-        hints={40.0: "40 is the global batch, what step 0 trained on counting repeats; count the "
-                     "DISTINCT example ids over the three workers' traces (a set).",
-               13.0: "13 is what workers 1 and 2 read (examples 0–12); worker 0 read 0–13.",
-               12.0: "12 is what replica 2 got under DATA; this run is OFF: read its traces.",
-               120.0: "that counts every example more than once; put the ids in one set."},
-        fallback="Put every example id of step 0, from all three workers' traces, in one set.",
+        answer, "the number of steps", OFF_STEPS,
+        hints={DATA_STEPS: "That is DATA's count (80 examples, 40 different ones a step); under "
+                           "OFF the workers repeat one another: read the traces.",
+               OFF_STEPS - 1: "That is the last step's number; steps are counted from 0.",
+               3: "3 steps take every worker through ONE global batch (examples 0–39); the job "
+                  "has 80 examples."},
+        fallback="Go through the steps in order, putting every example id of all three workers' "
+                 "traces in one set, until it holds all 80.",
         said="you counted {value}. {hint}")
 
 
