@@ -375,9 +375,19 @@ def test_interrupt_mid_training_then_a_new_cluster_starts():
 
 
 def test_no_stray_processes_or_listeners_in_this_process():
-    """The pytest process itself never started a cluster: no child agents, no sandbox processes."""
-    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    mine = [line for line in out.splitlines() if "mirrortutor.clusters.agent" in line]
+    """The pytest process itself never started a cluster: no cluster agent among its descendants.
+    Only this process's own tree is looked at: `make test` runs two pytest workers side by side,
+    and the other one may be running a cluster of its own right now."""
+    import psutil  # a dependency of ipykernel
+
+    def args(process: psutil.Process) -> str:
+        try:
+            return " ".join(process.cmdline())
+        except psutil.Error:  # gone since it was listed
+            return ""
+
+    mine = [a for a in map(args, psutil.Process().children(recursive=True))
+            if "mirrortutor.clusters.agent" in a]
     assert mine == []
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))  # the loopback still hands out ports
