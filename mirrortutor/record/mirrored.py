@@ -50,12 +50,19 @@ class MirroredStrategy(RecordingStrategy, tf.distribute.MirroredStrategy):
         tf.distribute.Strategy.__init__(self, extended)
         if (isinstance(cross_device_ops, tf.distribute.HierarchicalCopyAllReduce)
                 and self.num_replicas_in_sync % 2):
+            # Which sums (TF 2.21): _do_batch_all_reduce in cross_device_ops.py makes the dense
+            # ones; int32 values (mirrored_strategy.py, lines 748-749) and reduces to a CPU
+            # (lines 777-782) go to a ReductionToOneDevice instead, and stay right.
             self.trace.warn(
                 f"TensorFlow's HierarchicalCopyAllReduce adds up two groups of "
                 f"{self.num_replicas_in_sync // 2} replicas, so with an odd number of replicas "
-                f"({self.num_replicas_in_sync}) the last replica's values are left out and every "
-                "sum is wrong (seen in TF 2.21; chapter 04b shows it). Use an even number of "
-                "replicas, or another cross_device_ops.", cause="HierarchicalCopyAllReduce, odd")
+                f"({self.num_replicas_in_sync}) it leaves the last replica's values out of every "
+                "dense sum it makes: every all-reduce in a step (batch_reduce_to) of dense values "
+                "that are not int32, e.g. gradients, is wrong. int32 values, and reduces to a CPU "
+                "such as strategy.reduce, go to a ReductionToOneDevice instead and stay right "
+                "(seen in TF 2.21; chapter 04b shows it). Use an even number of replicas, or "
+                "another cross_device_ops.",
+                cause="HierarchicalCopyAllReduce, odd")
         # the host CPU that feeds the replicas: where the step counter and callbacks live
         recorder.attach(host_device(extended))
 

@@ -311,8 +311,10 @@ def test_a_replica_with_an_empty_shard_is_recorded(devices):
 
 
 def test_hierarchical_copy_with_odd_replicas_is_flagged(devices):
-    """HierarchicalCopyAllReduce over an odd replica count (wrong sums in TF 2.21) gets a warning."""
-    with pytest.warns(UserWarning, match="odd number of replicas"):
+    """HierarchicalCopyAllReduce over an odd replica count (wrong sums in TF 2.21) gets a warning
+    that names the sums it gets wrong (in a step) and those it does not (to a CPU, int32)."""
+    with pytest.warns(UserWarning, match=r"odd number of replicas.*all-reduce in a step.*"
+                                         r"int32 values, and reduces to a CPU"):
         mt.MirroredStrategy(devices[:3], cross_device_ops=tf.distribute.HierarchicalCopyAllReduce())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
