@@ -130,6 +130,8 @@ CLAIMS: dict[str, list[str]] = {
         "08-off-duplicates",
         "08-file-sharding",
         "08-file-needs-files",
+    ],
+    "08b_checkpoints_and_failures": [
         "08-checkpoint-on-write",
         "08-chief-checkpoints",
         "08-one-death-stops-all",
