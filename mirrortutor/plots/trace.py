@@ -65,6 +65,7 @@ def gradient_norms(trace: Trace, step: int) -> go.Figure:
                                 for n in names]))
     fig.add_trace(go.Bar(name="all-reduced (applied)", x=names, marker_color="#222222",
                          y=[next(g.reduced_norm for g in grads if g.variable == n) for n in names]))
+    fig.update_xaxes(title="variable")
     fig.update_yaxes(title="gradient norm ‖g‖")
     return layout(fig, f"Step {step}: each replica's gradient, and the all-reduced one",
                   barmode="group")

@@ -32,6 +32,7 @@ def test_gradient_norms_shows_each_replica_and_the_reduced_gradient(trace):
     fig = mt.plots.gradient_norms(trace, step=0)
     grads = trace.gradients(step=0)
     assert len(fig.data) == 5 and fig.data[-1].name == "all-reduced (applied)"
+    assert fig.layout.xaxis.title.text == "variable" and fig.layout.yaxis.title.text
     kernel = [g.norm for g in grads if g.variable == grads[0].variable]
     assert [t.y[0] for t in fig.data[:4]] == pytest.approx(kernel)
     with pytest.raises(mt.errors.NotRecordedError, match="No gradients were recorded at step 999"):
