@@ -5,9 +5,11 @@ in-memory data finds no file reader and falls back to DATA, whose rewrite swaps 
 ``RebatchDataset``: ``_AutoShardDataset``,
 tensorflow/python/data/experimental/ops/distribute.py), ``experimental_distribute_dataset`` gives the first replicas
 ``ceil(global_batch_size / num_replicas)`` examples each and the next ones what is left (58 over
-4: 15, 15, 15, 13), so the last replicas may get smaller or empty shards. The chapter prints one
-uneven cut and no empty shard: q2.1 asks the student to find the rest of the rule by observing the
-strategy. q2.2 applies the chapter's rule for Keras 3's ``fit`` (it reduces its *first* batch with
+4: 15, 15, 15, 13), so the last replicas may get smaller or empty shards; a dataset read from
+files, or the policy OFF, is cut by ``batch_sizes_for_worker`` instead. The chapter prints two
+uneven cuts of data in memory (58 over 4: 15, 15, 15, 13; 64 over 3: 22, 22, 20) and no empty
+shard: q2.1 asks the student to find the rest of the rule by observing the strategy. q2.2 applies
+the chapter's rule for Keras 3.15's ``fit`` (it reduces its *first* batch with
 ``axis=None``, so that batch must split evenly) to cases the chapter did not run. The tests check
 :func:`tf_split` against the real strategy, and :func:`fit_trains` against real ``fit`` runs.
 """
@@ -19,7 +21,8 @@ import math
 from ..checks import Function, disagreements, integers, question
 
 def tf_split(global_batch_size: int, num_replicas: int) -> list[int]:
-    """How ``experimental_distribute_dataset`` cuts one batch: ceil(B/n) each, then the rest."""
+    """How ``experimental_distribute_dataset`` cuts one batch of data held in memory, one worker,
+    policy AUTO: ceil(B/n) each, then the rest."""
     per = math.ceil(global_batch_size / num_replicas)
     return [max(0, min(per, global_batch_size - per * r)) for r in range(num_replicas)]
 
@@ -30,8 +33,9 @@ SPLIT_CASES = ((64, 4), (58, 4), (50, 4), (13, 4), (5, 4), (58, 3), (13, 8), (7,
 
 @question("q2.1", "02_replicas_and_shards",
           "write split_sizes(global_batch_size, num_replicas): each replica's per-replica batch",
-          right="your split_sizes cuts every batch as TensorFlow does with one worker and the "
-                "default auto-shard policy: ceil(B / n) examples for the first replicas, the rest "
+          right="your split_sizes cuts every batch as TensorFlow does with one worker, the "
+                "default auto-shard policy AUTO and a dataset held in memory (no file reader, so "
+                "AUTO falls back to DATA): ceil(B / n) examples for the first replicas, the rest "
                 "for the next, then empty shards (58 over 4: 15, 15, 15, 13).",
           kind=Function("split_sizes", SPLIT_CASES))
 def _q2_1(calls):
