@@ -53,8 +53,8 @@ def _q2_1(calls):
     return None
 
 
-# q2.2: which global batch sizes let Keras fit start, for 250 examples on 3 replicas.
-FIT_EXAMPLES, FIT_REPLICAS = 250, 3
+# q2.2: which global batch sizes let Keras fit start, for 249 examples on 3 replicas.
+FIT_EXAMPLES, FIT_REPLICAS = 249, 3
 FIT_CHOICES = (60, 64, 66, 100, 300)
 
 
@@ -67,28 +67,28 @@ def fit_trains(global_batch_size: int, examples: int = FIT_EXAMPLES,
 
 
 @question("q2.2", "02_replicas_and_shards",
-          "for 250 examples on 3 replicas, list the global batch sizes of 60, 64, 66, 100, 300 "
+          "for 249 examples on 3 replicas, list the global batch sizes of 60, 64, 66, 100, 300 "
           "with which Keras fit trains",
-          right="60 and 66: fit needs only the first batch of the call to split evenly over the 3 "
-                "replicas (the first batch of evaluate and of validation_data too). "
-                "The last batches (10 and 52 examples) split unevenly and still train; 300 is a "
-                "multiple of 3, but 250 examples make one batch of 250, which does not split evenly.")
+          right="60, 66 and 300: fit needs only the first batch of the call to split evenly over "
+                "the 3 replicas (the first batch of evaluate and of validation_data too). 300 is "
+                "more than the data holds: its one batch is all 249 examples, cut 83, 83, 83. "
+                "64 and 100 make first batches cut 22, 22, 20 and 34, 34, 32.")
 def _q2_2(answer):
-    want = sorted(b for b in FIT_CHOICES if fit_trains(b))  # [60, 66]
+    want = sorted(b for b in FIT_CHOICES if fit_trains(b))  # [60, 66, 300]
     got = sorted(set(integers(answer, "the batch sizes that train")))
     if got == want:
         return None
     if not set(got) <= set(FIT_CHOICES):
         return f"choose among {list(FIT_CHOICES)}; you listed {got}."
-    if 300 in got:
-        return ("300 is a multiple of 3, but with 250 examples the first (and only) batch holds "
-                f"250, cut {tf_split(250, 3)}: fit cannot reduce it with axis=None.")
     wrong = [b for b in got if not fit_trains(b)]
     if wrong:
         b = wrong[0]
         return (f"a global batch of {b} makes a first batch cut {tf_split(min(b, FIT_EXAMPLES), 3)}, "
                 "and fit reduces its first batch element by element.")
+    if 300 not in got:
+        return (f"300 trains: with {FIT_EXAMPLES} examples its first (and only) batch holds all "
+                f"{FIT_EXAMPLES}, cut {tf_split(FIT_EXAMPLES, 3)}. What fit reduces is the first "
+                "batch it gets, not a full one.")
     missing = [b for b in want if b not in got][0]
-    last = FIT_EXAMPLES % missing
-    return (f"{missing} trains: its first batch splits {tf_split(missing, 3)}. Its last batch of "
-            f"{last} splits {tf_split(last, 3)}, but fit reduces only the first one that way.")
+    return (f"{missing} trains: its first batch splits {tf_split(missing, 3)}, and fit reduces "
+            "only the first batch of the call that way.")
