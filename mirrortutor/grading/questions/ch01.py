@@ -77,8 +77,8 @@ def _q1_1(answer):
 @question("q1.2", "01_mirrored_variable",
           "make the ONLY_FIRST_REPLICA variable on 8 devices, have each replica assign_add its id "
           "+ 1, pass the variable",
-          right="a MirroredVariable with 8 copies, aggregation ONLY_FIRST_REPLICA, every copy 5.0: "
-                "TensorFlow agrees with your prediction.")
+          right="a MirroredVariable with 8 copies, aggregation ONLY_FIRST_REPLICA, every copy 5.0, "
+                "the value q1.1's check expects.")
 def _q1_2(data):
     problem = _variable(data, 8, "ONLY_FIRST_REPLICA", FIRST_ADD, "mt.MirroredStrategy(devices)")
     if problem and problem.startswith("its copies hold"):

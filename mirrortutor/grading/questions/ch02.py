@@ -5,9 +5,11 @@ in-memory data finds no file reader and falls back to DATA, whose rewrite swaps 
 ``RebatchDataset``: ``_AutoShardDataset``,
 tensorflow/python/data/experimental/ops/distribute.py), ``experimental_distribute_dataset`` gives the first replicas
 ``ceil(global_batch_size / num_replicas)`` examples each and the next ones what is left (58 over
-4: 15, 15, 15, 13), so the last replicas may get smaller or empty shards. The chapter prints one
-uneven cut and no empty shard: q2.1 asks the student to find the rest of the rule by observing the
-strategy. q2.2 applies the chapter's rule for Keras 3's ``fit`` (it reduces its *first* batch with
+4: 15, 15, 15, 13), so the last replicas may get smaller or empty shards; a dataset read from
+files, or the policy OFF, is cut by ``batch_sizes_for_worker`` instead. The chapter prints two
+uneven cuts of data in memory (58 over 4: 15, 15, 15, 13; 64 over 3: 22, 22, 20) and no empty
+shard: q2.1 asks the student to find the rest of the rule by observing the strategy. q2.2 applies
+the chapter's rule for Keras 3.15's ``fit`` (it reduces its *first* batch with
 ``axis=None``, so that batch must split evenly) to cases the chapter did not run. The tests check
 :func:`tf_split` against the real strategy, and :func:`fit_trains` against real ``fit`` runs.
 """
@@ -19,7 +21,8 @@ import math
 from ..checks import Function, disagreements, integers, question
 
 def tf_split(global_batch_size: int, num_replicas: int) -> list[int]:
-    """How ``experimental_distribute_dataset`` cuts one batch: ceil(B/n) each, then the rest."""
+    """How ``experimental_distribute_dataset`` cuts one batch of data held in memory, one worker,
+    policy AUTO: ceil(B/n) each, then the rest."""
     per = math.ceil(global_batch_size / num_replicas)
     return [max(0, min(per, global_batch_size - per * r)) for r in range(num_replicas)]
 
@@ -30,8 +33,9 @@ SPLIT_CASES = ((64, 4), (58, 4), (50, 4), (13, 4), (5, 4), (58, 3), (13, 8), (7,
 
 @question("q2.1", "02_replicas_and_shards",
           "write split_sizes(global_batch_size, num_replicas): each replica's per-replica batch",
-          right="your split_sizes cuts every batch as TensorFlow does with one worker and the "
-                "default auto-shard policy: ceil(B / n) examples for the first replicas, the rest "
+          right="your split_sizes cuts every batch as TensorFlow does with one worker, the "
+                "default auto-shard policy AUTO and a dataset held in memory (no file reader, so "
+                "AUTO falls back to DATA): ceil(B / n) examples for the first replicas, the rest "
                 "for the next, then empty shards (58 over 4: 15, 15, 15, 13).",
           kind=Function("split_sizes", SPLIT_CASES))
 def _q2_1(calls):
@@ -49,8 +53,8 @@ def _q2_1(calls):
     return None
 
 
-# q2.2: which global batch sizes let Keras fit start, for 250 examples on 3 replicas.
-FIT_EXAMPLES, FIT_REPLICAS = 250, 3
+# q2.2: which global batch sizes let Keras fit start, for 249 examples on 3 replicas.
+FIT_EXAMPLES, FIT_REPLICAS = 249, 3
 FIT_CHOICES = (60, 64, 66, 100, 300)
 
 
@@ -63,28 +67,28 @@ def fit_trains(global_batch_size: int, examples: int = FIT_EXAMPLES,
 
 
 @question("q2.2", "02_replicas_and_shards",
-          "for 250 examples on 3 replicas, list the global batch sizes of 60, 64, 66, 100, 300 "
+          "for 249 examples on 3 replicas, list the global batch sizes of 60, 64, 66, 100, 300 "
           "with which Keras fit trains",
-          right="60 and 66: fit needs only the first batch of the call to split evenly over the 3 "
-                "replicas (the first batch of evaluate and of validation_data too). "
-                "The last batches (10 and 52 examples) split unevenly and still train; 300 is a "
-                "multiple of 3, but 250 examples make one batch of 250, which does not split evenly.")
+          right="60, 66 and 300: fit needs only the first batch of the call to split evenly over "
+                "the 3 replicas (the first batch of evaluate and of validation_data too). 300 is "
+                "more than the data holds: its one batch is all 249 examples, cut 83, 83, 83. "
+                "64 and 100 make first batches cut 22, 22, 20 and 34, 34, 32.")
 def _q2_2(answer):
-    want = sorted(b for b in FIT_CHOICES if fit_trains(b))  # [60, 66]
+    want = sorted(b for b in FIT_CHOICES if fit_trains(b))  # [60, 66, 300]
     got = sorted(set(integers(answer, "the batch sizes that train")))
     if got == want:
         return None
     if not set(got) <= set(FIT_CHOICES):
         return f"choose among {list(FIT_CHOICES)}; you listed {got}."
-    if 300 in got:
-        return ("300 is a multiple of 3, but with 250 examples the first (and only) batch holds "
-                f"250, cut {tf_split(250, 3)}: fit cannot reduce it with axis=None.")
     wrong = [b for b in got if not fit_trains(b)]
     if wrong:
         b = wrong[0]
         return (f"a global batch of {b} makes a first batch cut {tf_split(min(b, FIT_EXAMPLES), 3)}, "
                 "and fit reduces its first batch element by element.")
+    if 300 not in got:
+        return (f"300 trains: with {FIT_EXAMPLES} examples its first (and only) batch holds all "
+                f"{FIT_EXAMPLES}, cut {tf_split(FIT_EXAMPLES, 3)}. What fit reduces is the first "
+                "batch it gets, not a full one.")
     missing = [b for b in want if b not in got][0]
-    last = FIT_EXAMPLES % missing
-    return (f"{missing} trains: its first batch splits {tf_split(missing, 3)}. Its last batch of "
-            f"{last} splits {tf_split(last, 3)}, but fit reduces only the first one that way.")
+    return (f"{missing} trains: its first batch splits {tf_split(missing, 3)}, and fit reduces "
+            "only the first batch of the call that way.")

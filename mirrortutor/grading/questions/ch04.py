@@ -3,8 +3,9 @@
 The rules taught: in the ring's reduce-scatter, at step s rank r sends chunk ``(r - s) mod n`` to
 rank ``(r + 1) mod n``, for s = 0 … n - 2; then an all-gather of n - 1 more steps in which rank r
 forwards chunk ``(r + 1 - s) mod n`` and the receiver copies it in. So each rank sends
-2(n - 1)/n · S bytes (Patarasuk and Yuan 2009) only when the buffer divides into n equal chunks;
-otherwise each rank sends the sizes of the chunks it handles, and ranks differ.
+2(n - 1)/n · S bytes (Patarasuk and Yuan 2009) when the buffer divides into n equal chunks;
+otherwise each rank sends the sizes of the chunks it handles, and on 3 or more ranks the ranks
+differ (on 2, each rank sends both chunks once: S, whatever the chunks).
 
 The chapter wrote out the reduce-scatter (its closing exercise) and printed bytes for equal chunks.
 The questions ask for what it did not print: the all-gather as code (q4.1), the bytes per rank for
@@ -36,9 +37,9 @@ def after_reduce_scatter(n: int, size: int) -> tuple[list[np.ndarray]]:
 @question("q4.1", "04_allreduce_algorithms",
           "write all_gather(buffers): the ring's n-1 all-gather steps, from the buffers "
           "reduce-scatter leaves, to every rank holding the full sum",
-          right="after n - 1 all-gather steps every rank holds the full sum in every chunk: each "
-                "complete chunk travelled once round the ring and was copied in, for every ring "
-                "size tried.",
+          right="after your all_gather every rank holds the full sum in every chunk, for every "
+                "ring size tried (the check compares the buffers at the end, not the sends that "
+                "made them).",
           kind=Function("all_gather", RING_CASES, build=after_reduce_scatter))
 def _q4_1(calls):
     for (n, size), out in calls:
