@@ -53,8 +53,11 @@ def tf_allreduce(devices, implementation: str, values, op: str = "SUM"):
         lambda ctx: [tf.constant(v) for v in values[ctx.replica_id_in_sync_group]])
 
     def replica_fn(xs):
-        # one all-reduce per tensor: TF refuses a batch of int32 tensors that mixes host and
-        # device placement ("Inputs to batch_reduce_to must be either all on the host or ...")
+        # one all-reduce per tensor: TF refuses a batch holding an int32 tensor and any other
+        # ("Inputs to batch_reduce_to must be either all on the host or ..."), because
+        # MirroredExtended._batch_reduce_to requires the same cross-device-ops object for every
+        # value (an identity check) and _get_cross_device_ops makes a new ReductionToOneDevice
+        # for each int32 value; host or device placement is not what it checks
         return [tf.distribute.get_replica_context().all_reduce(op, x) for x in xs]
 
     @tf.function
