@@ -98,8 +98,8 @@ def _q3_3(scale, divisor):
     return judge_number(
         divisor, "the divisor", LAST_BATCH,
         hints={DIVISOR: "64 is the divisor that made the step too small.",
-               LAST_BATCH / 4: "14.5 is a per-replica share; compute_average_loss divides each "
-                               "replica's sum by the number of examples over ALL replicas.",
+               LAST_BATCH / 4: "14.5 is a per-replica share; the divisor, compute_average_loss's "
+                               "global_batch_size, counts the examples over ALL replicas.",
                15.0: "15 is one replica's shard; the divisor counts the whole batch."},
         fallback="the applied gradient is (sum over the batch) / divisor; the mean divides by "
                  "the number of examples in the batch.",

@@ -87,7 +87,7 @@ def _q4_2(answer):
     if sorted(got) == sorted(float(b) for b in SENT):
         return f"you predicted {[fmt(g) for g in got]}: the right amounts on the wrong ranks."
     return (f"you predicted {[fmt(g) for g in got]}. Count, for each rank, the chunks it sends: "
-            "chunk (r - s) mod n in reduce-scatter, (r + 1 - s) mod n in all-gather, 4 bytes each.")
+            "chunk (r - s) mod n in reduce-scatter, (r + 1 - s) mod n in all-gather, 4 bytes per value.")
 
 
 BYTE_CASES = ((3, 10), (4, 8), (4, 10), (5, 13), (2, 5))  # (ranks, float32 values)
