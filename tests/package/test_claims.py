@@ -94,6 +94,8 @@ CLAIMS: dict[str, list[str]] = {
         "06-dataset-fn-traced-with-its-data",
         "06-first-loss-is-ln10",
         "06-workers-read-the-same-batches",
+    ],
+    "06b_async_training": [
         "06-every-step-logged-once",
         "06-each-worker-its-own-shuffle",
         "06-both-runs-learn",
