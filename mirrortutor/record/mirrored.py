@@ -55,11 +55,12 @@ class MirroredStrategy(RecordingStrategy, tf.distribute.MirroredStrategy):
             # (lines 777-782) go to a ReductionToOneDevice instead, and stay right.
             self.trace.warn(
                 f"TensorFlow's HierarchicalCopyAllReduce adds up two groups of "
-                f"{self.num_replicas_in_sync // 2} replicas, so with an odd number of replicas "
+                f"{self.num_replicas_in_sync // 2} replica(s), so with an odd number of replicas "
                 f"({self.num_replicas_in_sync}) it leaves the last replica's values out of every "
-                "dense sum it makes: every all-reduce in a step (batch_reduce_to) of dense values "
-                "that are not int32, e.g. gradients, is wrong. int32 values, and reduces to a CPU "
-                "such as strategy.reduce, go to a ReductionToOneDevice instead and stay right "
+                "sum of dense tensors (not IndexedSlices) it makes: every all-reduce in a step "
+                "(batch_reduce_to) of such tensors that are not int32, e.g. gradients, is wrong. "
+                "int32 values, and reduces to a CPU such as strategy.reduce, go to a "
+                "ReductionToOneDevice instead and stay right "
                 "(seen in TF 2.21; chapter 04b shows it). Use an even number of replicas, or "
                 "another cross_device_ops.",
                 cause="HierarchicalCopyAllReduce, odd")

@@ -73,6 +73,7 @@ CLAIMS: dict[str, list[str]] = {
     "04b_allreduce_in_tensorflow": [
         "04-what-tf-runs",
         "04-reduce-to-vs-batch-reduce",
+        "04-int32-batch-refused",
         "04-chosen-ops-keep-int32-rule",
         "04-hierarchical-copy-drops-a-replica",
         "04-chosen-ops-keep-cpu-destinations",
