@@ -792,3 +792,28 @@ def test_the_worker_input_judge_names_each_likely_mistake():
     for words, wrong in slips.items():
         ok, said = verdict(q, q.kind.export(wrong, hidden), hidden)
         assert not ok and words in said, (words, said)
+
+
+def test_the_dtensor_split_rule_is_tensorflows_and_its_judge_names_each_slip(devices):
+    """q10.4: ch10.PART is what DTensor puts on each device of the 2 × 2 mesh; the judge accepts
+    it and names the slips: the columns cut once per device, the rows split too, the rows split
+    instead of the columns, and an observation that is not what ran. (Last in this module: the
+    DTensor mesh is made in the process the other tests share.)"""
+    from tensorflow.experimental import dtensor
+    from mirrortutor.grading.questions import ch10
+
+    load_questions()
+    mesh = dtensor.create_mesh(list(ch10.MESH.items()), devices=devices[:ch10.DEVICES])
+    layout = dtensor.Layout([dtensor.UNSHARDED, "model"], mesh)
+    kernel = dtensor.call_with_layout(tf.zeros, layout, shape=ch10.KERNEL)
+    observed = [list(part.shape) for part in dtensor.unpack(kernel)]
+    assert observed == [ch10.PART] * ch10.DEVICES == [[128, 32]] * 4
+    cases = [(([[128, 32]] * 4, observed), True, "each half is repeated"),
+             (([[128, 16]] * 4, observed), False, "along 'model' only"),
+             (([[64, 32]] * 4, observed), False, "also splits the rows"),
+             (([[32, 64]] * 4, observed), False, "that splits the rows"),
+             (([[128, 32]] * 2, observed), False, "one shape per device"),
+             ((observed, [[128, 16]] * 4), False, "observed: (128, 16)")]
+    for answer, ok, words in cases:
+        got, said = verdict(QUESTIONS["q10.4"], json.loads(json.dumps(answer)), [])
+        assert got is ok and words in said, (answer, said)

@@ -118,8 +118,9 @@ def _q6_3(answer):
                8e6: "that is one worker's traffic; all 4 go through the same ps.",
                4e6: "that is one worker's pull alone; count the push and all 4 workers.",
                2e6: "that counts parameters, not bytes: a float32 is 4 bytes.",
-               24e6: "a ring all-reduce would move 2(n−1)/n·S per GPU; here every byte meets at "
-                     "the ps."},
+               24e6: "that is 3 workers' pull and push, or what all 4 ranks of a ring "
+                     "all-reduce send together (2(n−1)/n·S each); here all 4 workers pull and "
+                     "push the whole model through the one ps."},
         fallback="count pull + push, 4 bytes per parameter, for every worker.",
         said="you gave {value} bytes: {hint}")
 

@@ -7,7 +7,8 @@ what it computes, and every step waits for it: an epoch takes at least steps × 
 predicts it, q10.2 observes it on real replicas). q10.3 is a trade-off: three situations, per-step
 costs measured on a cluster, and the strategy each situation calls for, backed by seconds per
 epoch. q10.4 (for chapter 10's second part, 10b_model_parallelism) predicts what each device
-holds when DTensor splits a kernel, then observes it.
+holds when DTensor splits a kernel on a 2 × 2 mesh (chapter 10b's had one dimension), then
+observes it.
 q10.5 asks for TensorFlow: a custom loop under ``tf.distribute.MirroredStrategy`` whose update is
 one device's at the same global batch, whatever the number of replicas; it runs on hidden inputs
 and is judged against plain SGD on the whole global batch, computed here with numpy.
@@ -154,28 +155,41 @@ def _q10_3(seconds, choices):
     return None
 
 
-# q10.4: a (128, 64) kernel on a mesh of 4 devices named "model", Layout(["model", UNSHARDED]).
-KERNEL, MESH = (128, 64), 4
+# q10.4: a (128, 64) kernel on a 2 × 2 mesh [("batch", 2), ("model", 2)], Layout([UNSHARDED,
+# "model"]): the columns split along "model", the rows whole, repeated along "batch" (the mesh
+# dimension the layout does not name; the `Layout` docstring, tensorflow/dtensor/python/layout.py).
+KERNEL, MESH = (128, 64), {"batch": 2, "model": 2}
+DEVICES = MESH["batch"] * MESH["model"]
+PART = [KERNEL[0], KERNEL[1] // MESH["model"]]  # what each device holds
 
 
 @question("q10.4", "10b_model_parallelism",
-          "predict, then observe, the shape each of 4 devices holds of a (128, 64) kernel split "
-          "with Layout(['model', UNSHARDED]); pass (predicted, observed)",
+          "predict, then observe, the shape each of 4 devices holds of a (128, 64) kernel on a "
+          "2 × 2 mesh ('batch', 'model') with Layout([UNSHARDED, 'model']); pass (predicted, "
+          "observed)",
           parts="(predicted, observed)",
-          right="(32, 64) on each device: the first dimension is split along the mesh's 4 devices, "
-                "the second kept whole.")
+          right="(128, 32) on each device: the columns are split along 'model' (2 devices), the "
+                "rows kept whole, and along 'batch', which the layout does not name, each half "
+                "is repeated (the Layout docstring, tensorflow/dtensor/python/layout.py).")
 def _q10_4(predicted, observed):
-    want = [KERNEL[0] // MESH, KERNEL[1]]
     for what, shapes in (("predicted", predicted), ("observed", observed)):
-        if not isinstance(shapes, list) or len(shapes) != MESH:
+        if not isinstance(shapes, list) or len(shapes) != DEVICES:
             return f"{what} should list one shape per device (4); got {short(shapes)}."
         got = [integers(s, f"{what} shape") for s in shapes]
-        if any(g != want for g in got):
-            if any(g == [KERNEL[0], KERNEL[1] // MESH] for g in got):
-                return (f"{what}: (128, 16) splits the second dimension; the layout names 'model' "
-                        "for the first one, and UNSHARDED (kept whole) for the second.")
-            return (f"{what} is {short(got)}; a dimension split along 'model' is cut into 4 "
-                    f"equal parts, an UNSHARDED one stays whole.")
+        if any(g != PART for g in got):
+            if any(g == [KERNEL[0], KERNEL[1] // DEVICES] for g in got):
+                return (f"{what}: (128, 16) cuts the columns into 4, one part per device; the "
+                        "layout splits them along 'model' only, which has 2 devices, and repeats "
+                        "each part along 'batch', the mesh dimension it does not name.")
+            if any(g == [KERNEL[0] // MESH["batch"], KERNEL[1] // MESH["model"]] for g in got):
+                return (f"{what}: (64, 32) also splits the rows along 'batch'; the layout says "
+                        "UNSHARDED (kept whole) for the rows.")
+            if any(g[0] != KERNEL[0] and g[1] == KERNEL[1] for g in got):
+                return (f"{what}: that splits the rows; the layout names 'model' for the "
+                        "columns, and UNSHARDED (kept whole) for the rows.")
+            return (f"{what} is {short(got)}; a dimension split along a mesh dimension is cut "
+                    "into as many equal parts as that mesh dimension has devices, an UNSHARDED "
+                    "one stays whole.")
     return None
 
 
