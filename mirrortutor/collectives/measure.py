@@ -41,9 +41,10 @@ _FALLBACK = (
     "NcclAllReduce needs NVIDIA GPUs: TensorFlow registers its NCCL kernel for device='GPU' "
     "only, so on these {kind} devices it constructs and then fails at the first all-reduce. "
     "Nothing is lost for learning: with no cross_device_ops, MirroredStrategy on CPU devices "
-    "uses CollectiveAllReduce with the RING algorithm, a reduce-scatter + all-gather ring, "
-    "one of the algorithms NCCL runs on GPUs (and ReductionToOneDevice for int32 values). On a GPU machine "
-    "mirrortutor times NCCL itself."
+    "uses CollectiveAllReduce with the RING algorithm for its all-reduces in a step (a "
+    "reduce-scatter + all-gather ring, one of the algorithms NCCL runs on GPUs), and "
+    "ReductionToOneDevice for int32 values and for reduces to a CPU destination (strategy.reduce, "
+    "metric reads, SUM/MEAN variable writes). On a GPU machine mirrortutor times NCCL itself."
 )
 
 _WRONG = (

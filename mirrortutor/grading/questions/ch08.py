@@ -141,7 +141,7 @@ def _q8_2(observed, rule):
     got, want = _step_map(observed, "observed"), spans(step_examples("OFF"))
     if got != want:
         return (f"observed is {got}, but the job's traces show {want}: for each worker w and "
-                "step s, read run.trace(w).example_ids(s)[0] (its one replica) and put its "
+                "step s, read off.trace(w).example_ids(s)[0] (its one replica) and put its "
                 "smallest and largest id at observed[w][s].")
     letter = choice(rule, "ABC", "the explanation")
     if letter == "A":
