@@ -49,7 +49,9 @@ class MirroredStrategy(RecordingStrategy, tf.distribute.MirroredStrategy):
         # Skip MirroredStrategy.__init__, which would build a plain MirroredExtended.
         tf.distribute.Strategy.__init__(self, extended)
         if (isinstance(cross_device_ops, tf.distribute.HierarchicalCopyAllReduce)
-                and self.num_replicas_in_sync % 2):
+                and self.num_replicas_in_sync % 2 and self.num_replicas_in_sync > 1):
+            # One replica is not affected: CrossDeviceOps.reduce and batch_reduce return before
+            # they call the implementation (cross_device_ops.py, lines 310-316 and 431-440).
             # Which sums (TF 2.21): _do_batch_all_reduce in cross_device_ops.py makes the dense
             # ones; int32 values (mirrored_strategy.py, lines 748-749) and reduces to a CPU
             # (lines 777-782) go to a ReductionToOneDevice instead, and stay right.
