@@ -311,14 +311,26 @@ def test_a_replica_with_an_empty_shard_is_recorded(devices):
 
 
 def test_hierarchical_copy_with_odd_replicas_is_flagged(devices):
-    """HierarchicalCopyAllReduce over an odd replica count (wrong sums in TF 2.21) gets a warning
-    that names the sums it gets wrong (in a step) and those it does not (to a CPU, int32)."""
+    """HierarchicalCopyAllReduce over an odd replica count of 3 or more (wrong sums in TF 2.21)
+    gets a warning that names the sums it gets wrong (in a step) and those it does not (to a CPU,
+    int32); an even count, and one replica (which TF never hands to it), get none and sum right."""
     with pytest.warns(UserWarning, match=r"odd number of replicas.*all-reduce in a step.*"
                                          r"int32 values, and reduces to a CPU"):
         mt.MirroredStrategy(devices[:3], cross_device_ops=tf.distribute.HierarchicalCopyAllReduce())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         mt.MirroredStrategy(devices[:4], cross_device_ops=tf.distribute.HierarchicalCopyAllReduce())
+        # one replica is odd too, but CrossDeviceOps returns it before the implementation runs
+        one = mt.MirroredStrategy(devices[:1],
+                                  cross_device_ops=tf.distribute.HierarchicalCopyAllReduce())
+
+        @tf.function
+        def step():
+            return one.run(lambda: tf.distribute.get_replica_context().all_reduce(
+                "SUM", tf.constant([7.0])))
+
+        total = step()
+    assert one.experimental_local_results(total)[0].numpy().tolist() == [7.0]
 
 
 def test_recording_runs_inside_a_graph_loop(devices):
