@@ -55,7 +55,7 @@ def _q2_1(calls):
 
 # q2.2: which global batch sizes let Keras fit start, for 249 examples on 3 replicas.
 FIT_EXAMPLES, FIT_REPLICAS = 249, 3
-FIT_CHOICES = (60, 64, 66, 100, 300)
+FIT_CHOICES = (60, 64, 66, 100, 256)
 
 
 def fit_trains(global_batch_size: int, examples: int = FIT_EXAMPLES,
@@ -67,14 +67,14 @@ def fit_trains(global_batch_size: int, examples: int = FIT_EXAMPLES,
 
 
 @question("q2.2", "02_replicas_and_shards",
-          "for 249 examples on 3 replicas, list the global batch sizes of 60, 64, 66, 100, 300 "
+          "for 249 examples on 3 replicas, list the global batch sizes of 60, 64, 66, 100, 256 "
           "with which Keras fit trains",
-          right="60, 66 and 300: fit needs only the first batch of the call to split evenly over "
-                "the 3 replicas (the first batch of evaluate and of validation_data too). 300 is "
+          right="60, 66 and 256: fit needs only the first batch of the call to split evenly over "
+                "the 3 replicas (the first batch of evaluate and of validation_data too). 256 is "
                 "more than the data holds: its one batch is all 249 examples, cut 83, 83, 83. "
                 "64 and 100 make first batches cut 22, 22, 20 and 34, 34, 32.")
 def _q2_2(answer):
-    want = sorted(b for b in FIT_CHOICES if fit_trains(b))  # [60, 66, 300]
+    want = sorted(b for b in FIT_CHOICES if fit_trains(b))  # [60, 66, 256]
     got = sorted(set(integers(answer, "the batch sizes that train")))
     if got == want:
         return None
@@ -85,8 +85,8 @@ def _q2_2(answer):
         b = wrong[0]
         return (f"a global batch of {b} makes a first batch cut {tf_split(min(b, FIT_EXAMPLES), 3)}, "
                 "and fit reduces its first batch element by element.")
-    if 300 not in got:
-        return (f"300 trains: with {FIT_EXAMPLES} examples its first (and only) batch holds all "
+    if 256 not in got:
+        return (f"256 trains, though it is no multiple of 3: with {FIT_EXAMPLES} examples its first (and only) batch holds all "
                 f"{FIT_EXAMPLES}, cut {tf_split(FIT_EXAMPLES, 3)}. What fit reduces is the first "
                 "batch it gets, not a full one.")
     missing = [b for b in want if b not in got][0]
