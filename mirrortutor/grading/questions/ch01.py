@@ -104,7 +104,8 @@ def _q1_3(answer):
         answer, "your prediction", ON_READ_SUM,
         hints={11.0: "11 is 5.0 + (1 + 2 + 3): the 5.0 counted once, as in a MirroredVariable. "
                      "Here each of the 3 copies starts at 5.0, and the read adds the copies.",
-               6.0: "6 is 1 + 2 + 3 without the starting value; assign_add keeps it, on every copy.",
+               6.0: "6 is replica 0's copy alone (5 + 1), or 1 + 2 + 3 without the starting value: "
+                    "the read outside strategy.run adds every copy, and each copy kept its 5.0.",
                8.0: "8 is one copy, the last replica's; the read outside run adds all copies.",
                7.0: "7 is the copies' MEAN; this variable's aggregation is SUM.",
                15.0: "15 is what it reads before any replica adds anything: now add the increments.",
