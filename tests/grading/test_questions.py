@@ -99,6 +99,24 @@ def test_the_ring_bytes_rule_is_the_simulators():
         assert ch04.ring_sent(n, count) == rule, (n, count)
 
 
+@pytest.mark.parametrize("answer, right, words", [
+    (5.0, True, None),
+    ([5.0] * 8, True, None),
+    ([5.0] + [4.0] * 7, False, "writes it to every copy"),        # "only copy 0 is written"
+    ([5.0] * 7 + [4.0], False, "for copy 7"),                     # the wrong copy is named
+    ([4.0 + i for i in range(1, 9)], False, "aggregation=NONE"),
+    (40.0, False, "that is SUM"),
+])
+def test_the_only_first_replica_judge_names_the_copy_it_rejects(answer, right, words):
+    """q1.1 takes one number or the 8 copies; a list is judged copy by copy, so a right copy 0 is
+    never called wrong, and the slip 'only replica 0's copy changes' is told about the broadcast."""
+    load_questions()
+    ok, said = verdict(QUESTIONS["q1.1"], answer, [])
+    assert ok == right, said
+    assert words is None or words in said, said
+    assert "you predicted 5 " not in said and "you predicted 5," not in said
+
+
 def test_the_staleness_rule_is_version_applied_minus_version_read():
     """q7.1's reference counts staleness as chapter 07 does: updates applied in between, an
     apply at the moment of a read counted before it (the read sees it), on every case."""

@@ -288,7 +288,7 @@ def test_check_prints_plain_verdicts_and_refuses_unknown_questions(capsys):
     check("q1.3", 6)
     check("q1.3", ...)
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("q1.3 ✔ right") and "assign_add" in out[1] and "no answer yet" in out[2]
+    assert out[0].startswith("q1.3 ✔ right") and "replica 0's copy" in out[1] and "no answer yet" in out[2]
     with pytest.raises(UnknownQuestionError, match="q1.1"):
         check("q99", 1)
 
