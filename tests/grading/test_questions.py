@@ -102,7 +102,7 @@ def test_the_ring_bytes_rule_is_the_simulators():
 @pytest.mark.parametrize("answer, right, words", [
     (5.0, True, None),
     ([5.0] * 8, True, None),
-    ([5.0] + [4.0] * 7, False, "writes it to every copy"),        # "only copy 0 is written"
+    ([5.0] + [4.0] * 7, False, "adds it to every copy"),        # "only copy 0 is written"
     ([5.0] * 7 + [4.0], False, "for copy 7"),                     # the wrong copy is named
     ([4.0 + i for i in range(1, 9)], False, "aggregation=NONE"),
     (40.0, False, "that is SUM"),

@@ -71,7 +71,7 @@ def _q1_1(answer):
              4.0: "4.0 is the old value, but replica 0's increment is added to it."}
     if len(values) == 8 and close(values[0], FIRST_ADD) and all(close(v, 4.0) for v in values[1:]):
         return ("copy 0 is right, but the other copies change too: ONLY_FIRST_REPLICA keeps replica "
-                "0's value and writes it to every copy (apply_aggregation broadcasts it).")
+                "0's increment (1.0) and adds it to every copy (apply_aggregation broadcasts it).")
     wrong = next(i for i, v in enumerate(values) if not close(v, FIRST_ADD))
     hint = hint_for(values[wrong], hints, "Which replica's increment does ONLY_FIRST_REPLICA keep, "
                                           "and what does assign_add do with it?")
@@ -110,7 +110,7 @@ def _q1_3(answer):
         answer, "your prediction", ON_READ_SUM,
         hints={11.0: "11 is 5.0 + (1 + 2 + 3): the 5.0 counted once, as in a MirroredVariable. "
                      "Here each of the 3 copies starts at 5.0 (creating the variable does not divide "
-                     "it, as a top-level write would), and the read adds the copies.",
+                     "it, as a top-level assign would), and the read adds the copies.",
                6.0: "6 is replica 0's copy alone (5 + 1), or 1 + 2 + 3 without the starting value: "
                     "the read outside strategy.run adds every copy, and each copy kept its 5.0.",
                8.0: "8 is one copy, the last replica's; the read outside run adds all copies.",
@@ -122,7 +122,7 @@ def _q1_3(answer):
 
 
 WHY_1_4 = {"A": "A counts the starting 5.0 once: that is a MirroredVariable, whose copies are one "
-                "value (or it divides 5.0 among the copies, as a top-level write would; creating "
+                "value (or it divides 5.0 among the copies, as a top-level assign would; creating "
                 "the variable does not). Here the 3 copies each held 5.0 and the read adds them.",
            "C": "C would read replica 0's copy alone (6.0); a SUM read adds every copy."}
 
