@@ -62,7 +62,7 @@ def _q1_1(answer):
         return None
     if values == [4.0 + i for i in increments]:
         return ("4 + 1, 4 + 2, …, 4 + 8 is what aggregation=NONE leaves: each replica writes only "
-                "its own copy. ONLY_FIRST_REPLICA writes one value to every copy.")
+                "its own copy. ONLY_FIRST_REPLICA adds replica 0's increment to every copy.")
     hints = {1.0: "1.0 is replica 0's increment, but assign_add adds it to the old 4.0: assign "
                   "would replace it.",
              40.0: "40 is 4.0 + (1 + 2 + … + 8): that is SUM, not ONLY_FIRST_REPLICA.",
