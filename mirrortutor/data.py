@@ -4,8 +4,8 @@ Every dataset is a :class:`Dataset` record holding numpy arrays and an ``index``
 ``i`` keeps the number ``i`` wherever it travels, so a trace can show exactly which replica saw
 which example.
 
-- ``digits``: scikit-learn's bundled 8×8 handwritten digits (1,797 images, 10 classes). Real data,
-  shipped inside scikit-learn, so it loads on a train or behind a proxy.
+- ``digits``: the UCI 8×8 handwritten digits (1,797 images, 10 classes), scikit-learn's copy of
+  the file, shipped inside this package, so it loads on a train or behind a proxy.
 - ``linear``: ``y = x·w + b + noise`` with known true weights, to watch training converge to them.
 - ``blobs``: Gaussian clusters, a quick classification problem of any size.
 - ``mnist`` / ``fashion_mnist``: read from Keras's cache if it is already there; otherwise (and
@@ -14,6 +14,7 @@ which example.
 
 from __future__ import annotations
 
+import gzip
 import os
 from collections import namedtuple
 from dataclasses import dataclass, field, replace
@@ -22,6 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import DataConfigError, UnknownDatasetError
+
+DATASETS = Path(__file__).resolve().parent / "datasets"  # data files shipped with the package
 
 #: One example (or a batch of them) as ``to_tf()`` yields it. A namedtuple: it unpacks like the
 #: plain ``(index, x, y)`` tuple (``strategy.run(replica_step, args=batch)`` with
@@ -96,18 +99,24 @@ class Dataset:
 
 
 def digits() -> Dataset:
-    """scikit-learn's 8×8 digits: 1,797 real handwritten images, pixels scaled to [0, 1]."""
-    from sklearn.datasets import load_digits
+    """The UCI 8×8 handwritten digits: 1,797 real images, pixels scaled to [0, 1].
 
-    bunch = load_digits()
-    x = (bunch.data / 16.0).astype(np.float32)  # (1797, 64), pixel values 0..16 → 0..1
+    Read from ``mirrortutor/datasets/digits.csv.gz``, scikit-learn 1.9.1's own copy of the file
+    (its ``load_digits`` reads it the same way: ``np.loadtxt`` of the gzipped CSV, the last
+    column the label), shipped here so that no process pays for importing scikit-learn: Keras
+    imports it whenever it is installed (``keras/src/wrappers/fixes.py``), in every TensorFlow
+    process. Source and licence: ``mirrortutor/datasets/README.md``.
+    """
+    with gzip.open(DATASETS / "digits.csv.gz", "rt") as rows:
+        table = np.loadtxt(rows, delimiter=",")  # (1797, 65) float64: 64 pixels 0..16, the label
+    x = (table[:, :-1] / 16.0).astype(np.float32)  # (1797, 64), pixel values 0..16 → 0..1
     return Dataset(
         name="digits",
         x=x,
-        y=bunch.target.astype(np.int64),
+        y=table[:, -1].astype(np.int64),
         index=np.arange(len(x), dtype=np.int64),
         num_classes=10,
-        description="scikit-learn's bundled 8x8 handwritten digits (UCI), 1,797 examples",
+        description="the UCI 8x8 handwritten digits (scikit-learn's copy), 1,797 examples",
     )
 
 

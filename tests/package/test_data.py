@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
@@ -9,12 +11,33 @@ import mirrortutor as mt
 
 
 def test_digits_is_the_real_bundled_dataset():
-    """digits loads scikit-learn's 1,797 8x8 images offline, scaled to [0, 1], with indices 0..n-1."""
+    """digits loads the package's copy of the UCI 1,797 8x8 images offline, scaled to [0, 1], with
+    indices 0..n-1: the file scikit-learn 1.9.1 ships (its checksum, in datasets/README.md), and
+    the class sizes its description gives (178 zeros, 182 ones, …)."""
     d = mt.data.load("digits")
     assert (len(d), d.num_features, d.num_classes) == (1797, 64, 10)
     assert d.x.dtype == np.float32 and 0.0 <= d.x.min() and d.x.max() == 1.0
     assert np.array_equal(d.index, np.arange(1797))
-    assert set(np.unique(d.y)) == set(range(10))
+    assert np.bincount(d.y).tolist() == [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
+    assert np.array_equal(d.x * 16, np.round(d.x * 16))  # the counts 0..16, each divided by 16
+    shipped = (mt.data.DATASETS / "digits.csv.gz").read_bytes()
+    readme = (mt.data.DATASETS / "README.md").read_text(encoding="utf-8")
+    assert hashlib.sha256(shipped).hexdigest() in readme
+
+
+def test_no_scikit_learn_is_imported_for_the_data():
+    """Loading digits imports no scikit-learn (Keras imports it in every TensorFlow process when it
+    is installed, and that import costs seconds per process)."""
+    from conftest import run_python
+
+    done = run_python("""
+        import sys
+        import mirrortutor as mt
+        mt.data.load("digits")
+        print("sklearn" in sys.modules)
+    """)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"
 
 
 def test_linear_keeps_its_true_weights():

@@ -10,7 +10,8 @@ refuses the user namespace it needs). These tests build that setting here, cheap
   through a ``.pth`` line rather than downloaded again (minutes, and network, for the same files);
 - chapters 00–05 (everything before the clusters) run under nbval in that environment's default
   ``python3`` kernel, with the same sanitizer `make test` uses, read from the installed package:
-  every stored output compared;
+  every stored output compared. In `make test` this is those chapters' only nbval run
+  (tests/conftest.py deselects their course-kernel run when this test is selected);
 - with ``unshare`` refused (a shim earlier on ``PATH`` that exits 1, which is what
   :func:`mirrortutor.clusters.processes.netns_available` runs), chapter 06's cluster
   (``mt.LocalCluster(workers=2, ps=2, mode="process")``) starts in that kernel, uncontained, with
