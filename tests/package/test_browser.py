@@ -40,8 +40,10 @@ def _free_port() -> int:
 def _setup_and_panel(path: Path) -> "nbformat.NotebookNode":
     """Chapter 5 as the panel needs it: every cell up to the one defining ``run_training`` (§1's
     set-up and model, §2's program and function), then §7, the panel. The cells between them run
-    under nbval on the same course kernel (notebooks/05_…); here they would only add a minute of
-    training before the panel appears."""
+    under nbval on a ``python3`` kernel too (tests/package/test_hosted.py, the chapter's only
+    nbval run); here they would only add a minute of training before the panel appears. (The
+    notebook names ``python3``, and this JupyterLab, started without `make lab`'s kernel flags,
+    opens it there.)"""
     nb = nbformat.read(path, as_version=4)
     defined = next(i for i, c in enumerate(nb.cells) if "def run_training(" in c.source)
     panel = next(i for i, c in enumerate(nb.cells) if c.source.startswith("## 7 · The experiment panel"))
