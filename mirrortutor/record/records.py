@@ -252,10 +252,13 @@ def norm(a: np.ndarray) -> float:
 
 
 def norms(values: list[list[np.ndarray]]) -> np.ndarray:
-    """(tensors, replicas) L2 norms; NaN where a tensor has fewer copies than another."""
+    """(tensors, replicas) L2 norms; NaN where a tensor has fewer copies than another. A copy
+    that is the same array as an earlier one (identical copies are kept once) gets its norm."""
     out = np.full((len(values), max(len(t) for t in values)), np.nan)
     for i, t in enumerate(values):
-        out[i, :len(t)] = [norm(a) for a in t]
+        found: dict[int, float] = {}  # id(array) -> its norm, within this tensor's copies
+        out[i, :len(t)] = [found[id(a)] if id(a) in found else found.setdefault(id(a), norm(a))
+                           for a in t]
     return out
 
 
