@@ -16,6 +16,13 @@ is an ordinary ``tf.cond``), and inside ``strategy.run`` every recording point o
 it (:meth:`Emitter.one_gate_per_device`). A small collector reassembles the devices' pieces in
 Python before the callbacks run, in the order the program made them. Measured on 4 logical CPU
 replicas: a lowered cond per recording point cost ~25 % of a 2.5 ms step; this costs ~2 %.
+
+Each ``Case`` call, and each edge between devices (a send and a receive), is paid on every step,
+recorded or not, so a gate has as few as it can: a CPU replica's part of at most :data:`FEW`
+tensors (the loss reduced after the run) joins the host's part; a part waits for the previous
+gate's part on its own device only, the collector keeping the callbacks in the program's order;
+and the parts leave the program order TensorFlow gives stateful ops (which would chain them
+across devices), a part that reads a variable still waiting for its updates.
 """
 
 from __future__ import annotations
@@ -31,9 +38,10 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from .tf_internals.graph import in_xla_context, unlowered_case
+from .tf_internals.graph import in_xla_context, independent, unlowered_case
 
 Callback = Callable[..., None]  # callback(step: int, *arrays: np.ndarray)
+FEW = 2  # a CPU replica's part of a gate with at most this many tensors joins the host's part
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,12 @@ def _matches(spec: tf.DeviceSpec, pattern: tf.DeviceSpec) -> bool:
                for f in ("job", "replica", "task", "device_type", "device_index"))
 
 
+def _same_process(a: str, b: str) -> bool:
+    """Whether two devices belong to one task (a transfer between them stays in the process)."""
+    a, b = tf.DeviceSpec.from_string(a), tf.DeviceSpec.from_string(b)
+    return (a.job, a.replica, a.task) == (b.job, b.replica, b.task)
+
+
 def _runs_python(device: str) -> bool:
     """Whether a numpy_function can run on ``device`` itself (a CPU, logical or not)."""
     spec = tf.DeviceSpec.from_string(device)
@@ -94,9 +108,13 @@ class Emitter:
         self.warn = warn  # warn(message, cause): the trace's one warning channel
         self._last_keep = (None, None, None)  # (step, graph, (bool, int32)): built once per step
         self._batch = None  # (graph, items) while strategy.run is traced: one gate per device
-        self._after: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> last gates
+        # graph -> its last gate's parts, by device
+        self._after: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._gates = itertools.count()
+        self._previous: dict[int, int] = {}  # gate -> the gate before it in its graph
         self._arrived: dict = {}  # (gate, step) -> {device group: values}, until all are in
+        self._busy: set = set()  # (gate, step): all parts in, its callbacks not yet all run
+        self._waiting: dict = {}  # (gate, step) -> runs of the next gate, to start when it is done
         self._lock = threading.Lock()
 
     def _keep(self, step):
@@ -146,13 +164,7 @@ class Emitter:
 
     def _gate(self, step, items: list, always: bool = False) -> None:
         """One gate per device, each holding that device's tensors of every item (module doc)."""
-        groups: dict[str, list] = {}  # device -> [(item, position, tensor)]
-        for i, (tensors, _) in enumerate(items):
-            for j, t in enumerate(tensors):
-                device = _canonical(t.device) or self.host_device
-                groups.setdefault(device, []).append((i, j, t))
-        if not groups:
-            groups[self.host_device] = []
+        groups = self._parts(items)
         gate = next(self._gates)
         layout = [(i, j) for members in groups.values() for i, j, _ in members]
         sizes = [len(members) for members in groups.values()]
@@ -160,46 +172,102 @@ class Emitter:
                                     [len(t) for t, _ in items], layout, sizes)
         graph = tf.compat.v1.get_default_graph()
         keep = (tf.constant(True), tf.constant(1)) if always else self._keep(step)
-        outs = []
-        # After the previous gate of this graph: callbacks then run in the order of the program.
-        with tf.control_dependencies(self._after.get(graph, [])):
-            for g, (device, members) in enumerate(groups.items()):
-                where = device if _runs_python(device) else self.host_device
+        # Callbacks run in the order of the program: a gate whose parts are all in waits for the
+        # previous gate of its graph to be done (:meth:`_deliver`). That needs each part to run
+        # after the previous gate's part on its own device (free: no transfer); with no device in
+        # common, the first part waits for all of them (a dependency across devices costs a send
+        # and a receive on every step).
+        previous, before = self._after.get(graph, (None, {}))  # its id, its op on each device
+        shared = [d for d in groups if d in before]
+        if previous is not None:
+            self._previous[gate] = previous
+        parts = {}
+        for g, (device, members) in enumerate(groups.items()):
+            where = device if _runs_python(device) else self.host_device
 
-                def record(members=members, g=g, where=where):
-                    values = [_build(t) for _, _, t in members]
-                    with tf.device(where):
-                        return tf.numpy_function(functools.partial(deliver, g), [step, *values],
-                                                 tf.int64, stateful=True)
+            def record(members=members, g=g, where=where):
+                values = [_build(t) for _, _, t in members]
+                with tf.device(where):
+                    return tf.numpy_function(functools.partial(deliver, g), [step, *values],
+                                             tf.int64, stateful=True)
 
-                def skip():
-                    return tf.constant(0, tf.int64)
+            def skip():
+                return tf.constant(0, tf.int64)
 
-                with tf.device(device):
-                    if _runs_python(device):  # one op, not lowered: see the module docstring
-                        outs.append(unlowered_case(keep[1], [skip, record]))
-                    else:
-                        outs.append(tf.cond(keep[0], record, skip))
-        self._after[graph] = [o.op for o in outs]
+            after = ([before[device]] if device in before
+                     else list(before.values()) if g == 0 and not shared else [])
+            # Outside the program order TF's automatic control dependencies give stateful ops
+            # without a resource input (they would chain the devices' parts one after the other,
+            # across devices); a part reading a variable stays ordered after its updates.
+            with tf.device(device), tf.control_dependencies(after), independent():
+                if _runs_python(device):  # one op, not lowered: see the module docstring
+                    out = unlowered_case(keep[1], [skip, record])
+                else:
+                    out = tf.cond(keep[0], record, skip)
+            parts[device] = out.op
+        self._after[graph] = (gate, parts)
+
+    def _parts(self, items: list) -> dict[str, list]:
+        """``device -> [(item, position, tensor)]``: the gate's part on each device. A CPU
+        replica's part of at most :data:`FEW` tensors (a loss, reduced after the run) joins the
+        host's part when the host is a CPU too: a transfer between two CPUs of one process hands
+        over the buffer, which costs less on every step than one more ``Case`` call."""
+        groups: dict[str, list] = {}
+        for i, (tensors, _) in enumerate(items):
+            for j, t in enumerate(tensors):
+                device = _canonical(t.device) or self.host_device
+                groups.setdefault(device, []).append((i, j, t))
+        host = self.host_device
+        if _runs_python(host):
+            for device in [d for d in groups
+                           if d != host and _runs_python(d) and _same_process(d, host)]:
+                # A lazy tensor or a recomputed sum is built in the branch, on its own device.
+                if len(groups[device]) <= FEW and not any(
+                        isinstance(t, Lazy) or _foldable(t) for _, _, t in groups[device]):
+                    groups.setdefault(host, []).extend(groups.pop(device))
+        return groups or {host: []}
 
     def _deliver(self, gate, callbacks, counts, layout, sizes, group, step, *values):
-        """One device's part of a gate arrived; when all have, run the callbacks in order."""
-        step = int(step)
+        """One device's part of a gate arrived; when all have, and the gate before it in the
+        graph is done, run the callbacks in order (else they run when that gate is done)."""
+        step, key = int(step), (gate, int(step))
         with self._lock:
-            parts = self._arrived.setdefault((gate, step), {})
+            parts = self._arrived.setdefault(key, {})
             parts[group] = values
             if len(parts) < len(sizes):
-                if len(self._arrived) > 256:  # a step that failed half-way never completes
-                    self._arrived.pop(next(iter(self._arrived)))
-                return np.int64(0)
-            del self._arrived[(gate, step)]
-        flat = [v for g in range(len(sizes)) for v in parts[g]]
-        per_item: list[list] = [[None] * n for n in counts]
-        for (i, j), v in zip(layout, flat):
-            per_item[i][j] = v
-        for callback, arrays in zip(callbacks, per_item):
-            self._safely(callback, step, arrays)
+                stalled = []
+                if len(self._arrived) > 256:  # a step that failed half-way never completes:
+                    oldest = next(iter(self._arrived))  # forget it, and run what waited for it
+                    del self._arrived[oldest]
+                    stalled = self._waiting.pop(oldest, [])
+            else:
+                del self._arrived[key]
+                self._busy.add(key)
+                previous = (self._previous.get(gate), step)
+                run = functools.partial(self._run, key, callbacks, counts, layout, parts)
+                if previous in self._arrived or previous in self._busy:
+                    self._waiting.setdefault(previous, []).append(run)
+                    run = None
+                stalled = [run] if run else []
+        for run in stalled:  # outside the lock: callbacks take their time
+            run()
         return np.int64(0)
+
+    def _run(self, key, callbacks, counts, layout, parts) -> None:
+        """A gate's callbacks, then those of the gates that waited for it."""
+        try:
+            flat = [v for g in range(len(parts)) for v in parts[g]]
+            per_item: list[list] = [[None] * n for n in counts]
+            for (i, j), v in zip(layout, flat):
+                per_item[i][j] = v
+            for callback, arrays in zip(callbacks, per_item):
+                self._safely(callback, key[1], arrays)
+        finally:
+            with self._lock:
+                self._busy.discard(key)
+                later = self._waiting.pop(key, [])
+            for run in later:
+                run()
 
     def _safely(self, callback: Callback, step: int, values) -> None:
         """Run a recording callback; if it fails, say so, and never let training fail with it.
