@@ -93,6 +93,12 @@ def _same_process(a: str, b: str) -> bool:
     return (a.job, a.replica, a.task) == (b.job, b.replica, b.task)
 
 
+def _movable(t) -> bool:
+    """Whether ``t`` can be handed to a gate on another device: a plain tensor, not a variable
+    or a resource handle (TF keeps those with their device), nor a sum the gate recomputes."""
+    return isinstance(t, tf.Tensor) and t.dtype != tf.resource and not _foldable(t)
+
+
 def _runs_python(device: str) -> bool:
     """Whether a numpy_function can run on ``device`` itself (a CPU, logical or not)."""
     spec = tf.DeviceSpec.from_string(device)
@@ -221,9 +227,9 @@ class Emitter:
         if _runs_python(host):
             for device in [d for d in groups
                            if d != host and _runs_python(d) and _same_process(d, host)]:
-                # A lazy tensor or a recomputed sum is built in the branch, on its own device.
-                if len(groups[device]) <= FEW and not any(
-                        isinstance(t, Lazy) or _foldable(t) for _, _, t in groups[device]):
+                # Only plain tensors move: a variable (its handle stays on its device), a lazy
+                # tensor or a recomputed sum (built in the branch, on its device) never does.
+                if len(groups[device]) <= FEW and all(_movable(t) for _, _, t in groups[device]):
                     groups.setdefault(host, []).extend(groups.pop(device))
         return groups or {host: []}
 
