@@ -38,6 +38,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from .folding import foldable, recomputed
 from .tf_internals.graph import in_xla_context, independent, unlowered_case
 
 Callback = Callable[..., None]  # callback(step: int, *arrays: np.ndarray)
@@ -96,7 +97,7 @@ def _same_process(a: str, b: str) -> bool:
 def _movable(t) -> bool:
     """Whether ``t`` can be handed to a gate on another device: a plain tensor, not a variable
     or a resource handle (TF keeps those with their device), nor a sum the gate recomputes."""
-    return isinstance(t, tf.Tensor) and t.dtype != tf.resource and not _foldable(t)
+    return isinstance(t, tf.Tensor) and t.dtype != tf.resource and not foldable(t)
 
 
 def _runs_python(device: str) -> bool:
@@ -290,48 +291,9 @@ class Emitter:
                       f"{type(exc).__name__}")
 
 
-#: Ops whose output grappler's arithmetic optimizer may fold into the sum or product that consumes
-#: it, but only while that output has one consumer and drives no control dependency
-#: (``AddOpsRewriteStage`` and ``MinimizeBroadcasts`` in
-#: tensorflow/core/grappler/optimizers/arithmetic_optimizer.cc, ``IsAbsorbableByOptimizedNodesGroup``:
-#: ``NumNonControlOutputs(node) != 1`` or ``DrivesControlDependency(node)`` → not absorbed). Folding
-#: reorders the additions, so a tap that became a second consumer changed the last bit of a reduced
-#: loss (seen: a GAN-style loop's ``strategy.reduce("SUM", loss)``). Such a tensor is never tapped
-#: itself: the gate recomputes it inside its branch from its inputs (the same kernel on the same
-#: values: the same bits), and a timestamp waits for its inputs (:func:`settled`).
-FOLDABLE = {"Add": tf.raw_ops.Add, "AddV2": tf.raw_ops.AddV2, "Mul": tf.raw_ops.Mul}
-
-
-def _foldable(t) -> bool:
-    op = getattr(t, "op", None)
-    return (op is not None and not tf.executing_eagerly() and not op.control_inputs
-            and len(op.outputs) == 1 and (op.type == "AddN" or op.type in FOLDABLE))
-
-
-def settled(tensors: list) -> list:
-    """What to wait for to know ``tensors`` are computed, without a control dependency on a
-    tensor grappler may fold (its inputs instead, one add or multiply earlier)."""
-    out = []
-    for t in tensors:
-        out += settled(list(t.op.inputs)) if _foldable(t) else [t]
-    return out
-
-
 def _build(t):
     """The value to hand to the callback, built inside the recording branch (module doc)."""
     if isinstance(t, Lazy):
         with tf.device(t.device):
             return t.build()
-    return _recomputed(t)
-
-
-def _recomputed(t):
-    """``t`` itself, or, for a sum or product grappler may fold, the same op on its inputs."""
-    if not _foldable(t):
-        return t
-    op = t.op
-    with tf.device(op.device):
-        if op.type == "AddN":
-            return tf.raw_ops.AddN(inputs=[_recomputed(x) for x in op.inputs])
-        x, y = op.inputs
-        return FOLDABLE[op.type](x=_recomputed(x), y=_recomputed(y))
+    return recomputed(t)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from .gate import settled
+from .folding import settled
 from .records import ReductionStamps, TimelineRecord
 from .tf_internals.graph import in_xla_context, independent
 from .values import components, is_per_replica, leaves
@@ -46,7 +46,7 @@ def _tensors(value) -> list:
 
 def _stamp(device: str, after: list):
     """``tf.timestamp()`` on ``device``, taken once everything in ``after`` is done (a sum
-    grappler may fold: once its inputs are, see :func:`~.gate.settled`)."""
+    grappler may fold: once its inputs are, see :func:`~.folding.settled`)."""
     after = settled([a for a in after if isinstance(a, tf.Tensor)]) + [
         a for a in after if a is not None and not isinstance(a, tf.Tensor)]
     with tf.device(device), tf.control_dependencies(after):
