@@ -116,7 +116,7 @@ def digits() -> Dataset:
         y=table[:, -1].astype(np.int64),
         index=np.arange(len(x), dtype=np.int64),
         num_classes=10,
-        description="the UCI 8x8 handwritten digits (scikit-learn's copy), 1,797 examples",
+        description="8x8 handwritten digits (UCI data set, scikit-learn's file, shipped in mirrortutor), 1,797 examples",
     )
 
 
@@ -195,7 +195,7 @@ def _keras_image_set(name: str, allow_download: bool) -> Dataset:
             f"it is not in Keras's cache ({cache}) and downloads are off "
             "(pass allow_download=True or set MIRRORTUTOR_ALLOW_DOWNLOAD=1 to try)"
         )
-    print(f"Note: {name} is not available offline: {reason}. Using scikit-learn's digits instead.")
+    print(f"Note: {name} is not available offline: {reason}. Using the 8x8 digits shipped in mirrortutor instead.")
     return digits()
 
 

@@ -95,12 +95,11 @@ def pytest_collection_modifyitems(config, items):
         return
     hosted = {f"{name}.ipynb" for name in test.module.HOSTED_CHAPTERS}
     twice = [item for item in items
-             if item.path.suffix == ".ipynb" and item.path.parent.name == "notebooks"
-             and item.path.name in hosted]
+             if item.path.parent.name == "notebooks" and item.path.name in hosted]
     if twice:
         config.hook.pytest_deselected(items=twice)
-        items[:] = [item for item in items if item.path.name not in hosted
-                     or item.path.parent.name != "notebooks" or item.path.suffix != ".ipynb"]
+        ids = {id(item) for item in twice}
+        items[:] = [item for item in items if id(item) not in ids]
 
 
 # ---- the end of the run ----------------------------------------------------------------------

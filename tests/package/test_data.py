@@ -12,8 +12,8 @@ import mirrortutor as mt
 
 def test_digits_is_the_real_bundled_dataset():
     """digits loads the package's copy of the UCI 1,797 8x8 images offline, scaled to [0, 1], with
-    indices 0..n-1: the file scikit-learn 1.9.1 ships (its checksum, in datasets/README.md), and
-    the class sizes its description gives (178 zeros, 182 ones, …)."""
+    indices 0..n-1: the file scikit-learn 1.9.1 ships (its checksum, in datasets/README.md), with
+    that file's class sizes (178 zeros, 182 ones, …, as load_digits gives them)."""
     d = mt.data.load("digits")
     assert (len(d), d.num_features, d.num_classes) == (1797, 64, 10)
     assert d.x.dtype == np.float32 and 0.0 <= d.x.min() and d.x.max() == 1.0
