@@ -78,6 +78,15 @@ def shown_paths() -> list[str]:
     return [p for p in real if not any(p.startswith(q + "/") for q in real)]
 
 
+def shown_links() -> dict[str, str]:
+    """``{path: where it leads}`` for this Python's folders reached through a symbolic link (a
+    venv that is a link to another, say): the view binds the real folder (:func:`shown_paths`), so
+    the kernel, started by the link's path (``sys.executable``), needs the same link inside."""
+    paths = [sys.prefix, sys.exec_prefix, os.path.dirname(sys.executable)]
+    links = {os.path.abspath(p): os.path.realpath(p) for p in paths}
+    return {p: real for p, real in sorted(links.items()) if p != real}
+
+
 def kernel_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in ENV_KEPT or k.startswith("LC_")}
     env.setdefault("PATH", "/usr/bin:/bin")
@@ -91,7 +100,7 @@ def _spec(private: Path, submission: Path | None, limits: Limits, answers: Path,
     (private / "view").mkdir()
     (private / "run").mkdir(mode=0o700)
     answers.touch()
-    return {"readonly": shown_paths(), "root_dir": str(private / "view"),
+    return {"readonly": shown_paths(), "links": shown_links(), "root_dir": str(private / "view"),
             "runtime": str(private / "run"), "answers": str(answers),
             "answers_inside": ANSWERS_INSIDE, "scratch": SCRATCH,
             "submission": str(submission) if submission else None,

@@ -111,6 +111,10 @@ def build_view(spec: dict, root: str) -> None:
     for name in os.listdir("/"):
         if os.path.islink("/" + name) and not os.path.lexists(root + "/" + name):  # /bin -> usr/bin
             os.symlink(os.readlink("/" + name), root + "/" + name)
+    for path, real in spec.get("links", {}).items():  # a venv reached through a link (shown_links)
+        if not os.path.lexists(root + path):  # shortest first: a longer one may lie through it
+            os.makedirs(os.path.dirname(root + path), exist_ok=True)
+            os.symlink(real, root + path)
     os.makedirs(root + "/dev/shm")
     for name in DEVICES:
         _bind("/dev/" + name, root, rw=True)

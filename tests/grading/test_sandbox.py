@@ -220,3 +220,17 @@ def test_the_sealed_kernel_inherits_no_secret_of_the_graders_environment(monkeyp
     env = sandbox.kernel_env()
     assert "TEACHER_TOKEN" not in env and env["HOME"] == sandbox.SCRATCH
     assert not [k for k in env if k.startswith("MIRRORTUTOR_") and k != "MIRRORTUTOR_ANSWERS"]
+
+
+def test_a_python_reached_through_a_linked_venv_runs_sealed(tmp_path):
+    """A venv that is a symbolic link to another (a class's shared venv, say): the view binds the
+    real folder, and the kernel, started by the link's path, still finds its Python there."""
+    import subprocess
+
+    link = tmp_path / "venv"
+    link.symlink_to(sys.prefix, target_is_directory=True)
+    python = link / "bin" / Path(sys.executable).name
+    probe = "from mirrortutor.grading import sandbox; print(sandbox.probe())"
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "None", done.stdout
