@@ -40,10 +40,8 @@ def _free_port() -> int:
 def _setup_and_panel(path: Path) -> "nbformat.NotebookNode":
     """Chapter 5 as the panel needs it: every cell up to the one defining ``run_training`` (§1's
     set-up and model, §2's program and function), then §7, the panel. The cells between them run
-    under nbval on a ``python3`` kernel too (tests/package/test_hosted.py, the chapter's only
-    nbval run); here they would only add a minute of training before the panel appears. (The
-    notebook names ``python3``, and this JupyterLab, started without `make lab`'s kernel flags,
-    opens it there.)"""
+    under nbval (tests/package/test_hosted.py, the chapter's only nbval run); here they would
+    only add a minute of training before the panel appears."""
     nb = nbformat.read(path, as_version=4)
     defined = next(i for i, c in enumerate(nb.cells) if "def run_training(" in c.source)
     panel = next(i for i, c in enumerate(nb.cells) if c.source.startswith("## 7 · The experiment panel"))
@@ -52,9 +50,22 @@ def _setup_and_panel(path: Path) -> "nbformat.NotebookNode":
     return nb
 
 
+def _lab_kernel_flags() -> list[str]:
+    """The kernel flags `make lab` passes (the Makefile's ``LAB_KERNEL``): only the course's kernel
+    is offered, so the notebook (which names ``python3``) opens on it, as a student's does."""
+    text = (ROOT / "Makefile").read_text(encoding="utf-8").replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if line.startswith("LAB_KERNEL :="))
+    return line.split(":=", 1)[1].split()
+
+
 @pytest.fixture
 def jupyterlab(tmp_path):
-    """JupyterLab serving a copy of chapter 5 on 127.0.0.1; yields (url, folder)."""
+    """JupyterLab serving a copy of chapter 5 on 127.0.0.1, with `make lab`'s kernel flags;
+    yields (url, folder)."""
+    from mirrortutor.clusters.kernel import installed
+
+    assert installed(), ("the course's kernel is not installed: run `make test`, or "
+                         "`python -m mirrortutor.clusters.kernel install` first.")
     assert Path(CHROMIUM).exists(), (
         "Chromium is needed for the browser test: `make test` installs Debian's `chromium` "
         "package when it runs as root; otherwise install it (sudo apt-get install chromium).")
@@ -74,7 +85,8 @@ def jupyterlab(tmp_path):
     lab = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
          "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}"],
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}",
+         *_lab_kernel_flags()],
         env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
@@ -128,9 +140,11 @@ def _wait_for_panel(page, slider, log: Path, timeout_s: float = 480) -> None:
 
 
 def test_chapter5_panel_in_a_real_browser(jupyterlab):
-    """Run chapter 5 in Chromium, set 2 replicas, click Run: the charts gain that run's lines,
+    """Run chapter 5 in Chromium on the course's kernel, set 2 replicas, click Run: the charts gain that run's lines,
     labelled with its replica count and global batch (16 per replica × 2)."""
     from playwright.sync_api import expect, sync_playwright
+
+    from mirrortutor.clusters.kernel import DISPLAY_NAME
 
     url, served = jupyterlab
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -143,6 +157,8 @@ def test_chapter5_panel_in_a_real_browser(jupyterlab):
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
             expect(page.locator(".jp-Notebook-ExecutionIndicator, #jp-main-statusbar")
                    .first).to_be_visible(timeout=60_000)
+            # on the course's kernel, as `make lab` opens it (the toolbar and status bar name it)
+            expect(page.locator("body")).to_contain_text(DISPLAY_NAME, timeout=60_000)
             page.locator(".jp-Notebook").first.click()
             page.get_by_role("menuitem", name="Run", exact=True).click()
             page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
