@@ -140,8 +140,8 @@ def _wait_for_panel(page, slider, log: Path, timeout_s: float = 480) -> None:
 
 
 def test_chapter5_panel_in_a_real_browser(jupyterlab):
-    """Run chapter 5 in Chromium on the course's kernel, set 2 replicas, click Run: the charts gain that run's lines,
-    labelled with its replica count and global batch (16 per replica × 2)."""
+    """Run chapter 5 in Chromium on the course's kernel, set 2 replicas, click Run: the charts
+    gain that run's lines, labelled with its replica count and global batch (16 per replica × 2)."""
     from playwright.sync_api import expect, sync_playwright
 
     from mirrortutor.clusters.kernel import DISPLAY_NAME
