@@ -4,8 +4,9 @@ Every dataset is a :class:`Dataset` record holding numpy arrays and an ``index``
 ``i`` keeps the number ``i`` wherever it travels, so a trace can show exactly which replica saw
 which example.
 
-- ``digits``: the UCI 8×8 handwritten digits (1,797 images, 10 classes), scikit-learn's copy of
-  the file, shipped inside this package, so it loads on a train or behind a proxy.
+- ``digits``: the test set of the UCI 8×8 handwritten digits (1,797 images, 10 classes),
+  scikit-learn's copy of the file, shipped inside this package, so it loads on a train or behind
+  a proxy.
 - ``linear``: ``y = x·w + b + noise`` with known true weights, to watch training converge to them.
 - ``blobs``: Gaussian clusters, a quick classification problem of any size.
 - ``mnist`` / ``fashion_mnist``: read from Keras's cache if it is already there; otherwise (and
@@ -99,7 +100,8 @@ class Dataset:
 
 
 def digits() -> Dataset:
-    """The UCI 8×8 handwritten digits: 1,797 real images, pixels scaled to [0, 1].
+    """The test set of the UCI 8×8 handwritten digits: 1,797 real images, pixels scaled to [0, 1]
+    (the full UCI set has 5,620; see ``mirrortutor/datasets/README.md``).
 
     Read from ``mirrortutor/datasets/digits.csv.gz``, scikit-learn 1.9.1's own copy of the file
     (its ``load_digits`` reads it the same way: ``np.loadtxt`` of the gzipped CSV, the last
