@@ -33,6 +33,11 @@ import sys as _sys
 # plain line from setup() instead.
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# plotly's first figure would import rfc3987_syntax (2.6 s), which no figure uses: deferred.py.
+from .deferred import defer_rfc3987_syntax as _defer  # noqa: E402
+
+_defer()
+
 __version__ = "0.1.0"
 
 #: Public modules, by the name students use: ``mt.<name>`` -> ``mirrortutor.<module>``.
