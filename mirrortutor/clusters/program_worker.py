@@ -8,6 +8,19 @@ this worker's ``TF_CONFIG`` in the environment, it runs the script as ``python S
 script's standard output and error go to ``worker_<i>.stdout`` / ``worker_<i>.stderr``; how it
 ended to ``worker_<i>.json``.
 
+**A worker that finishes waits for the others before its process ends.** In
+``MultiWorkerMirroredStrategy`` a worker receives a peer's part of an all-reduce by asking the peer
+for it (a ``RecvBuf`` call to the peer's server), so the peer's own op can end before the data has
+left it. Nothing in TF makes a finished worker wait: the strategy configures TF's coordination
+service with ``shutdown_barrier_timeout_in_ms=0`` (``collective_all_reduce_strategy.py``, the
+``configure_coordination_service`` call; ``context.py`` gives it that default), which means no
+barrier at shutdown. A worker that ends first and exits can thus close its sockets while a peer
+still pulls its last step's data, and the peer fails with "Collective ops is aborted by: Socket
+closed". On a real cluster the machines stay up. Here a worker whose program ended well keeps its
+process, and with it TF's server, until every peer has written how it ended (or was killed by
+``kill_worker``), for at most :data:`PEER_WAIT` seconds. The program and its numbers are not
+touched, and the time it reports is its own.
+
 **Killing a worker in a step** is done here, outside the program, by observation: the recording
 strategy delivers each recorded step to its trace (``Trace.slot``), and when this worker's
 recording delivers step ``kill_at`` (counting from 0), the process sends itself SIGKILL, as an
@@ -28,6 +41,9 @@ import signal
 import sys
 import time
 
+#: Longest a worker whose program ended well keeps its server up for its peers (module doc).
+PEER_WAIT = 30.0
+
 
 def one_line(exc: BaseException) -> str:
     """The error's type and its first telling line (TF puts "Graph execution error:" first)."""
@@ -43,9 +59,9 @@ class KillAt(list):
     """The list the substitution fills with the strategies the program creates; with ``step``,
     each new strategy's trace kills this process when its recording delivers that step."""
 
-    def __init__(self, step: int | None):
+    def __init__(self, step: int | None, run_dir: str = "", index: int = 0):
         super().__init__()
-        self.step = step
+        self.step, self.run_dir, self.index = step, run_dir, index  # where to say "killed"
 
     def append(self, strategy) -> None:
         super().append(strategy)
@@ -58,6 +74,7 @@ class KillAt(list):
             if step >= last:
                 sys.stdout.flush()
                 sys.stderr.flush()
+                open(os.path.join(self.run_dir, f"worker_{self.index}.killed"), "w").close()
                 os.kill(os.getpid(), signal.SIGKILL)
             return slot(step)
 
@@ -91,7 +108,7 @@ def forked(run_dir: str, index: int, tf_config: str, spec: str) -> None:
     if kill_at is not None:  # the step that triggers the kill must be recorded
         recording = dataclasses.replace(recording,
                                         first_steps=max(recording.first_steps, kill_at + 1))
-    created = KillAt(kill_at)
+    created = KillAt(kill_at, run_dir, index)
     code, error = 1, ""
     try:
         run = run_program(spec["script"], spec["args"], out=run_dir if spec["record"] else None,
@@ -111,5 +128,24 @@ def forked(run_dir: str, index: int, tf_config: str, spec: str) -> None:
                os.path.join(run_dir, f"worker_{index}.json"))
     sys.stdout.flush()
     sys.stderr.flush()
+    if code == 0:  # a peer may still pull this worker's last all-reduce data (module doc)
+        _wait_for_peers(run_dir, index, _workers(tf_config))
     # TF's collective runtime can hang on exit after a peer died; all is written: leave.
     os._exit(code)
+
+
+def _workers(tf_config: str) -> int:
+    """How many tasks the program's cluster has (every job of its ``TF_CONFIG``)."""
+    return sum(len(tasks) for tasks in json.loads(tf_config)["cluster"].values())
+
+
+def _wait_for_peers(run_dir: str, index: int, workers: int) -> None:
+    """Until every other worker has said how it ended (``worker_<i>.json``) or was killed
+    (``worker_<i>.killed``), at most :data:`PEER_WAIT` seconds."""
+    deadline = time.monotonic() + PEER_WAIT
+    waiting = [i for i in range(workers) if i != index]
+    while waiting and time.monotonic() < deadline:
+        waiting = [i for i in waiting if not any(
+            os.path.exists(os.path.join(run_dir, f"worker_{i}.{end}")) for end in ("json", "killed"))]
+        if waiting:
+            time.sleep(0.02)

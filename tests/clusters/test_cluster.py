@@ -345,7 +345,10 @@ def test_in_process_cluster_runs_and_is_reused():
 
 
 INTERRUPT_SCENARIO = PRELUDE + r'''
-import _thread, threading
+import _thread, signal, threading
+# Ctrl-C raises KeyboardInterrupt, as in a kernel (ipykernel handles SIGINT): a run started in a
+# shell's background (`make test &`) inherits SIGINT ignored, and then nothing is interrupted.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 cluster = LocalCluster(workers=2, ps=1)
 try:
     with cluster:

@@ -45,6 +45,38 @@ def test_multiworker_program_submitted_from_a_thread_that_ends_runs_to_the_end()
     assert [w.stdout.count("\n") for w in run.workers] == [6, 6]
 
 
+#: Every worker all-reduces once; the chief then works on alone for a while.
+UNEVEN_END = """
+import time
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+print(float(total), flush=True)
+if strategy.cluster_resolver.task_id == 0:
+    time.sleep(4)
+"""
+
+
+def test_a_worker_that_ends_first_keeps_its_server_until_its_peer_has_ended(tmp_path):
+    """Worker 1 ends while the chief still runs: its process (and TF's server in it, which a peer
+    may still pull the last all-reduce's data from) stays up until the chief has ended
+    (mirrortutor/clusters/program_worker.py), and both end well."""
+    script = tmp_path / "uneven_end.py"
+    script.write_text(UNEVEN_END)
+    with MultiWorkerCluster(workers=2, replicas_per_worker=1) as cluster:
+        job = cluster.submit_program(script, record=False)
+        ended = Path(job.run_dir, "worker_1.json")
+        deadline = time.monotonic() + 120
+        while not ended.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(1.0)  # the chief sleeps 4 s after the all-reduce: it is still running
+        up_after_its_end = ended.exists() and _alive(job.pids[1])
+        chief_running = not Path(job.run_dir, "worker_0.json").exists()
+        run = job.wait()
+    assert run.ok and [w.stdout for w in run.workers] == ["2.0\n", "2.0\n"], run.summary()
+    assert chief_running and up_after_its_end
+
+
 KILLED_KERNEL = r'''
 import json, os, signal, time
 import mirrortutor as mt
