@@ -118,7 +118,8 @@ def digits() -> Dataset:
         y=table[:, -1].astype(np.int64),
         index=np.arange(len(x), dtype=np.int64),
         num_classes=10,
-        description="8x8 handwritten digits (UCI data set, scikit-learn's file, shipped in mirrortutor), 1,797 examples",
+        description=("8×8 handwritten digits, 10 classes, 1,797 examples (the digits test set of the "
+                     "UC Irvine repository; scikit-learn's copy of the file, scikit-learn not needed)"),
     )
 
 

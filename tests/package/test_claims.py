@@ -42,6 +42,7 @@ CLAIMS: dict[str, list[str]] = {
         "02-uneven-last-batch",
         "02-each-example-once",
         "02-split-depends-on-policy",
+        "02-short-batch-joins-the-next-under-off",
         "02-axis-none-vs-axis-0",
         "02-plain-tf-addn-error",
         "02-fit-fails-on-uneven-first-batch",
